@@ -1,0 +1,197 @@
+//! The subcommands of `airlock`.
+
+use std::sync::Arc;
+
+use airlock::app::{self, AppState};
+use airlock::clock::{OffsetClock, SharedClock};
+use airlock::config::Config;
+use airlock::domain::{human_time, ActionType};
+use airlock::protocol::{control, sweeper};
+use airlock::records::RolloutMode;
+use clap::Subcommand;
+
+#[derive(Subcommand)]
+pub enum TokenKind {
+    /// A service (Mastra) token for `Authorization: Bearer`.
+    Service {
+        #[arg(long, default_value = "mastra-dev")]
+        sub: String,
+        #[arg(long, default_value = "trade.read trade.plan trade.execute")]
+        scopes: String,
+        /// Lifetime in seconds (at most 900 for service tokens).
+        #[arg(long, default_value_t = 900)]
+        ttl: i64,
+    },
+    /// An operator token for `X-Operator-Token`.
+    Operator {
+        #[arg(long)]
+        sub: String,
+        /// Comma- or space-separated roles.
+        #[arg(long, default_value = "trader")]
+        roles: String,
+        /// Comma- or space-separated desks (`*` for all).
+        #[arg(long)]
+        desks: Option<String>,
+        #[arg(long, default_value_t = 900)]
+        ttl: i64,
+    },
+}
+
+fn clock() -> Result<SharedClock, String> {
+    Ok(Arc::new(OffsetClock::from_env()?))
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split([',', ' '])
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
+    let issuer = app::dev_issuer(&cfg)?;
+    let now = clock()?.now_ms().div_euclid(1000);
+    let t = match kind {
+        TokenKind::Service { sub, scopes, ttl } => {
+            if !(1..=cfg.max_service_token_lifetime_s as i64).contains(&ttl) {
+                return Err(format!(
+                    "--ttl must be 1..={} seconds for a service token",
+                    cfg.max_service_token_lifetime_s
+                ));
+            }
+            issuer.service_token(&cfg, &sub, &scopes, now, ttl)
+        }
+        TokenKind::Operator { sub, roles, desks, ttl } => {
+            if ttl < 1 {
+                return Err("--ttl must be at least 1 second".into());
+            }
+            let desks = desks.map(|d| list(&d));
+            issuer.operator_token(&cfg, &sub, &list(&roles), desks.as_deref(), now, ttl)
+        }
+    };
+    println!("{t}");
+    Ok(())
+}
+
+async fn embedded(cfg: Config) -> Result<(AppState, airlock::adapters::sqlite::Sqlite), String> {
+    app::embedded(cfg, clock()?)
+}
+
+pub async fn serve(cfg: Config, addr: &str) -> Result<(), String> {
+    let (state, db) = embedded(cfg).await?;
+    if db.is_empty().await.map_err(|e| e.to_string())? {
+        airlock::seed::load_demo(state.ports.read_models.as_ref(), state.clock.now_ms())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!("seeded demo data");
+    }
+    let sweep = state.clone();
+    tokio::spawn(async move {
+        let every = std::time::Duration::from_millis(sweep.config.sweep_interval_ms);
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = sweeper::sweep_once(&sweep).await {
+                tracing::error!(error = %e, "sweeper pass failed");
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("binding {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("airlock listening on http://{local} (state dir {})", state.config.state_dir.display());
+    let app = airlock::http::app(airlock::handlers::all(), state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+fn print_control(c: &airlock::records::Control) {
+    let state = if c.trade_execute_enabled { "released (trading enabled)" } else { "ENGAGED (order submission stopped)" };
+    println!("kill switch: {state}");
+    if c.updated_at > 0 {
+        println!("changed at {} by {}", human_time(c.updated_at), c.updated_by);
+    }
+    if let Some(r) = &c.reason {
+        println!("reason: {r}");
+    }
+    for (a, m) in &c.rollout {
+        println!("rollout {a}: {}", serde_json::to_value(m).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default());
+    }
+}
+
+fn who() -> String {
+    format!("cli:{}", std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
+}
+
+pub async fn kill_switch(cfg: Config, action: &str, reason: Option<String>) -> Result<(), String> {
+    let (state, _) = embedded(cfg).await?;
+    let store = state.ports.control.as_ref();
+    let now = state.clock.now_ms();
+    let c = match action {
+        "engage" => control::engage(store, &who(), reason, now).await,
+        "release" => control::release(store, &who(), now).await,
+        _ => store.get_control().await,
+    }
+    .map_err(|e| e.to_string())?;
+    print_control(&c);
+    Ok(())
+}
+
+pub async fn rollout(cfg: Config, action_type: Option<String>, mode: Option<String>) -> Result<(), String> {
+    let (state, _) = embedded(cfg).await?;
+    let store = state.ports.control.as_ref();
+    let c = match (action_type, mode) {
+        (Some(a), Some(m)) => {
+            let a: ActionType = a.parse().map_err(|e| format!("action type: {e}"))?;
+            let m: RolloutMode = m.parse().map_err(|e| format!("mode: {e}"))?;
+            control::set_rollout(store, a.as_str(), m, &who(), state.clock.now_ms()).await
+        }
+        (None, None) => store.get_control().await,
+        _ => return Err("give both an action type and a mode, or neither to show".into()),
+    }
+    .map_err(|e| e.to_string())?;
+    print_control(&c);
+    Ok(())
+}
+
+pub async fn audit(cfg: Config, id: &str) -> Result<(), String> {
+    let (state, _) = embedded(cfg).await?;
+    let trail = state.ports.audit.trail(id).await.map_err(|e| e.to_string())?;
+    if trail.is_empty() {
+        return Err(format!("no audit records for {id}"));
+    }
+    for r in trail {
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
+
+pub async fn seed_orders(cfg: Config, n: usize) -> Result<(), String> {
+    let (state, db) = embedded(cfg).await?;
+    if db.is_empty().await.map_err(|e| e.to_string())? {
+        airlock::seed::load_demo(state.ports.read_models.as_ref(), state.clock.now_ms())
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    airlock::seed::load_bulk_orders(state.ports.read_models.as_ref(), state.clock.now_ms(), n)
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,11 @@
+//! Lambda entry point of the `orders` endpoint. State is built once per cold start; the
+//! handler is `airlock::handlers::orders`, the same code `airlock serve` mounts.
+
+use airlock::{app, handlers, http, telemetry};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    telemetry::init();
+    let state = app::from_env()?;
+    lambda_http::run(http::app(handlers::orders::routes(), state)).await
+}

@@ -1,0 +1,325 @@
+//! The execute ledger, control record and audit log on SQLite. `commit` checks every
+//! condition of an [`ExecuteCommit`] inside one IMMEDIATE transaction and writes all or
+//! nothing, the embedded twin of DynamoDB's `TransactWriteItems`.
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{db_err, json_err, Sqlite};
+use crate::error::StoreResult;
+use crate::ports::{
+    AuditLog, CommitOutcome, Conflict, ControlStore, ExecuteCommit, ExecuteLedger, KeyCondition,
+    PlanChange,
+};
+use crate::records::{
+    AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus, RateState,
+};
+
+pub(super) fn append_audit(c: &Connection, a: &AuditRecord) -> StoreResult<()> {
+    let text = serde_json::to_string(a).map_err(json_err)?;
+    c.prepare_cached("INSERT INTO audit (at, plan_id, action_id, body) VALUES (?, ?, ?, ?)")
+        .and_then(|mut st| st.execute(params![a.at, a.plan_id, a.action_id, text]))
+        .map_err(db_err)?;
+    Ok(())
+}
+
+fn one_body(c: &Connection, sql: &str, key: &[&dyn rusqlite::ToSql]) -> StoreResult<Option<String>> {
+    c.prepare_cached(sql)
+        .and_then(|mut st| st.query_row(key, |r| r.get::<_, String>(0)).optional())
+        .map_err(db_err)
+}
+
+pub(super) fn load_plan(c: &Connection, plan_id: &str) -> StoreResult<Option<PlanRecord>> {
+    one_body(c, "SELECT body FROM plans WHERE plan_id = ?", &[&plan_id])?
+        .map(|t| serde_json::from_str(&t).map_err(json_err))
+        .transpose()
+}
+
+fn load_key(c: &Connection, principal: &str, key: &str, now: i64) -> StoreResult<Option<KeyRecord>> {
+    one_body(
+        c,
+        "SELECT body FROM idempotency_keys WHERE principal = ? AND key = ? AND expires_at > ?",
+        &[&principal, &key, &now],
+    )?
+    .map(|t| serde_json::from_str(&t).map_err(json_err))
+    .transpose()
+}
+
+fn lease_owner(k: &KeyRecord) -> Option<&str> {
+    match &k.state {
+        KeyState::Claimed { lease_owner, .. } => Some(lease_owner),
+        KeyState::Decided { .. } => None,
+    }
+}
+
+fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
+    let text = serde_json::to_string(k).map_err(json_err)?;
+    c.prepare_cached(
+        "INSERT OR REPLACE INTO idempotency_keys (principal, key, lease_owner, expires_at, body) \
+         VALUES (?, ?, ?, ?, ?)",
+    )
+    .and_then(|mut st| st.execute(params![k.principal, k.key, lease_owner(k), k.expires_at, text]))
+    .map_err(db_err)?;
+    Ok(())
+}
+
+fn load_control(c: &Connection) -> StoreResult<Control> {
+    Ok(match one_body(c, "SELECT body FROM control WHERE id = ?", &[&1])? {
+        Some(t) => serde_json::from_str(&t).map_err(json_err)?,
+        None => Control::default(),
+    })
+}
+
+fn load_rate(c: &Connection, operator: &str) -> StoreResult<RateState> {
+    Ok(
+        match one_body(c, "SELECT body FROM rate_limits WHERE operator_id = ?", &[&operator])? {
+            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
+            None => RateState {
+                operator_id: operator.to_string(),
+                ..RateState::default()
+            },
+        },
+    )
+}
+
+/// Checks every condition of `commit`; `Some(conflict)` means nothing may be written.
+fn check(tx: &Connection, commit: &ExecuteCommit, now: i64) -> StoreResult<Option<Conflict>> {
+    let existing = load_key(tx, &commit.key.principal, &commit.key.key, now)?;
+    let key_ok = match (&commit.key_condition, &existing) {
+        (KeyCondition::Absent, None) => true,
+        (KeyCondition::ClaimedBy(owner), Some(k)) => lease_owner(k) == Some(owner.as_str()),
+        _ => false,
+    };
+    if !key_ok {
+        return Ok(Some(Conflict::Key));
+    }
+    if let Some((plan_id, _)) = &commit.plan_change {
+        let status: Option<String> = tx
+            .prepare_cached("SELECT status FROM plans WHERE plan_id = ?")
+            .and_then(|mut st| st.query_row([plan_id], |r| r.get(0)).optional())
+            .map_err(db_err)?;
+        if status.as_deref() != Some("planned") {
+            return Ok(Some(Conflict::Plan));
+        }
+    }
+    if let Some(action_type) = commit.require_execute_allowed {
+        if !load_control(tx)?.allows_execute(action_type) {
+            return Ok(Some(Conflict::Control));
+        }
+    }
+    if let Some((expected, state)) = &commit.rate {
+        if load_rate(tx, &state.operator_id)?.version != *expected {
+            return Ok(Some(Conflict::Rate));
+        }
+    }
+    Ok(None)
+}
+
+#[async_trait]
+impl ExecuteLedger for Sqlite {
+    async fn get_key(&self, principal: &str, key: &str, now: i64) -> StoreResult<Option<KeyRecord>> {
+        let (p, k) = (principal.to_string(), key.to_string());
+        self.read(move |c| load_key(c, &p, &k, now)).await
+    }
+
+    async fn get_rate(&self, operator_id: &str) -> StoreResult<RateState> {
+        let op = operator_id.to_string();
+        self.read(move |c| load_rate(c, &op)).await
+    }
+
+    async fn commit(&self, commit: &ExecuteCommit, now: i64) -> StoreResult<CommitOutcome> {
+        let commit = commit.clone();
+        self.write(move |tx| {
+            if let Some(conflict) = check(tx, &commit, now)? {
+                return Ok(CommitOutcome::Conflict(conflict));
+            }
+            put_key(tx, &commit.key)?;
+            if let Some((plan_id, change)) = &commit.plan_change {
+                let mut plan = load_plan(tx, plan_id)?
+                    .ok_or_else(|| crate::error::StoreError::Corrupt("plan vanished".into()))?;
+                match change {
+                    PlanChange::Execute { action_id } => {
+                        plan.status = PlanStatus::Executed;
+                        plan.action_id = Some(action_id.clone());
+                    }
+                    PlanChange::Close { reason_code } => {
+                        plan.status = PlanStatus::Closed;
+                        plan.closed_reason = Some(reason_code.clone());
+                    }
+                }
+                let status = serde_json::to_value(plan.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+                let text = serde_json::to_string(&plan).map_err(json_err)?;
+                tx.execute(
+                    "UPDATE plans SET status = ?, body = ? WHERE plan_id = ?",
+                    params![status, text, plan_id],
+                )
+                .map_err(db_err)?;
+            }
+            if let Some((_, state)) = &commit.rate {
+                let mut state = state.clone();
+                state.version += 1;
+                let text = serde_json::to_string(&state).map_err(json_err)?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
+                    params![state.operator_id, state.version as i64, text],
+                )
+                .map_err(db_err)?;
+            }
+            if let Some(a) = &commit.action {
+                let text = serde_json::to_string(a).map_err(json_err)?;
+                tx.execute(
+                    "INSERT INTO actions (action_id, plan_id, enqueued_at, created_at, body) \
+                     VALUES (?, ?, ?, ?, ?)",
+                    params![a.action_id, a.plan_id, a.enqueued_at, a.created_at, text],
+                )
+                .map_err(db_err)?;
+            }
+            append_audit(tx, &commit.audit)?;
+            Ok(CommitOutcome::Committed)
+        })
+        .await
+    }
+
+    async fn mark_sent(
+        &self,
+        key: &KeyRecord,
+        lease_owner_id: &str,
+        action_id: &str,
+        now: i64,
+    ) -> StoreResult<bool> {
+        let (key, owner, action_id) = (key.clone(), lease_owner_id.to_string(), action_id.to_string());
+        self.write(move |tx| {
+            let Some(mut k) = load_key(tx, &key.principal, &key.key, now)? else {
+                return Ok(false);
+            };
+            if lease_owner(&k) != Some(owner.as_str()) {
+                return Ok(false);
+            }
+            let Some(action_text) =
+                one_body(tx, "SELECT body FROM actions WHERE action_id = ?", &[&action_id])?
+            else {
+                return Ok(false);
+            };
+            let mut action: crate::records::ActionRecord =
+                serde_json::from_str(&action_text).map_err(json_err)?;
+            k.state = KeyState::Decided {
+                decision: Decision::Queued {
+                    action_id: action.action_id.clone(),
+                    plan_id: action.plan_id.clone(),
+                    queue_target: action.queue_target,
+                    resource_refs: action.resource_refs.clone(),
+                },
+            };
+            put_key(tx, &k)?;
+            if action.enqueued_at.is_none() {
+                action.enqueued_at = Some(now);
+                action.updated_at = action.updated_at.max(now);
+                let text = serde_json::to_string(&action).map_err(json_err)?;
+                tx.execute(
+                    "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
+                    params![now, text, action.action_id],
+                )
+                .map_err(db_err)?;
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn take_over(
+        &self,
+        principal: &str,
+        key: &str,
+        old_owner: &str,
+        new_owner: &str,
+        lease_until: i64,
+    ) -> StoreResult<bool> {
+        let (p, k, old, new) = (
+            principal.to_string(),
+            key.to_string(),
+            old_owner.to_string(),
+            new_owner.to_string(),
+        );
+        self.write(move |tx| {
+            let Some(mut rec) = load_key(tx, &p, &k, i64::MIN)? else {
+                return Ok(false);
+            };
+            match &mut rec.state {
+                KeyState::Claimed {
+                    lease_owner,
+                    lease_until: until,
+                    ..
+                } if *lease_owner == old => {
+                    *lease_owner = new;
+                    *until = lease_until;
+                }
+                _ => return Ok(false),
+            }
+            put_key(tx, &rec)?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ControlStore for Sqlite {
+    async fn get_control(&self) -> StoreResult<Control> {
+        self.read(load_control).await
+    }
+
+    async fn put_control(&self, control: &Control) -> StoreResult<()> {
+        let text = serde_json::to_string(control).map_err(json_err)?;
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO control (id, body) VALUES (1, ?)",
+                [text],
+            )
+            .map_err(db_err)?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl AuditLog for Sqlite {
+    async fn append(&self, rec: &AuditRecord) -> StoreResult<()> {
+        let rec = rec.clone();
+        self.write(move |tx| append_audit(tx, &rec)).await
+    }
+
+    async fn trail(&self, id: &str) -> StoreResult<Vec<AuditRecord>> {
+        let id = id.to_string();
+        self.read(move |c| {
+            // An action id also pulls in its plan's records.
+            let plan_of_action: Option<String> = c
+                .query_row(
+                    "SELECT plan_id FROM actions WHERE action_id = ?",
+                    [&id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db_err)?;
+            let plan = plan_of_action.unwrap_or_else(|| id.clone());
+            let mut st = c
+                .prepare_cached(
+                    "SELECT body FROM audit WHERE plan_id = ? OR action_id = ? OR plan_id = ? \
+                     ORDER BY at, seq",
+                )
+                .map_err(db_err)?;
+            let rows = st
+                .query_map(params![id, id, plan], |r| r.get::<_, String>(0))
+                .map_err(db_err)?;
+            rows.map(|r| {
+                r.map_err(db_err)
+                    .and_then(|t| serde_json::from_str(&t).map_err(json_err))
+            })
+            .collect()
+        })
+        .await
+    }
+}

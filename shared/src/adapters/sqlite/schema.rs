@@ -1,0 +1,143 @@
+//! Schema migrations, applied in order at start; `PRAGMA user_version` records the last.
+
+use rusqlite::Connection;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: read models, protocol records, queue.
+    r#"
+    CREATE TABLE accounts (
+        account_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        desk TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        status TEXT NOT NULL
+    );
+    CREATE INDEX accounts_desk ON accounts(desk, account_id);
+
+    CREATE TABLE positions (
+        account_id TEXT NOT NULL REFERENCES accounts(account_id),
+        symbol TEXT NOT NULL,
+        quantity INTEGER NOT NULL,
+        avg_price TEXT,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (account_id, symbol)
+    );
+
+    CREATE TABLE orders (
+        order_id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL REFERENCES accounts(account_id),
+        symbol TEXT NOT NULL,
+        side TEXT NOT NULL,
+        quantity INTEGER NOT NULL,
+        order_type TEXT NOT NULL,
+        limit_price TEXT,
+        stop_price TEXT,
+        time_in_force TEXT NOT NULL,
+        status TEXT NOT NULL,
+        filled_quantity INTEGER NOT NULL DEFAULT 0,
+        avg_fill_price TEXT,
+        action_id TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX orders_time ON orders(created_at DESC, order_id DESC);
+    CREATE INDEX orders_account_time ON orders(account_id, created_at DESC, order_id DESC);
+    CREATE INDEX orders_status_time ON orders(status, created_at DESC, order_id DESC);
+
+    CREATE TABLE jobs (
+        job_id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        account_id TEXT REFERENCES accounts(account_id),
+        action_id TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        error TEXT,
+        result TEXT
+    );
+    CREATE INDEX jobs_time ON jobs(created_at DESC, job_id DESC);
+
+    CREATE TABLE plans (
+        plan_id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );
+
+    CREATE TABLE idempotency_keys (
+        principal TEXT NOT NULL,
+        key TEXT NOT NULL,
+        lease_owner TEXT,
+        expires_at INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (principal, key)
+    );
+
+    CREATE TABLE actions (
+        action_id TEXT PRIMARY KEY,
+        plan_id TEXT NOT NULL,
+        enqueued_at INTEGER,
+        created_at INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX actions_unsent ON actions(created_at) WHERE enqueued_at IS NULL;
+
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        plan_id TEXT,
+        action_id TEXT,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX audit_plan ON audit(plan_id);
+    CREATE INDEX audit_action ON audit(action_id);
+    CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
+        BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
+    CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
+        BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
+
+    CREATE TABLE control (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        body TEXT NOT NULL
+    );
+
+    CREATE TABLE rate_limits (
+        operator_id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );
+
+    CREATE TABLE queue (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        queue TEXT NOT NULL,
+        group_key TEXT NOT NULL,
+        dedup_id TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'ready',
+        visible_at INTEGER NOT NULL,
+        receive_count INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        UNIQUE (queue, dedup_id)
+    );
+    CREATE INDEX queue_ready ON queue(queue, status, visible_at, id);
+    "#,
+];
+
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    for (i, sql) in MIGRATIONS.iter().enumerate() {
+        let version = i as i64 + 1;
+        if version <= current {
+            continue;
+        }
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
+        // Another process may have migrated while we waited for the lock.
+        let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if now < version {
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", version)?;
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}

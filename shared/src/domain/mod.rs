@@ -1,0 +1,446 @@
+//! Domain types: accounts, orders, jobs, actions, CL contracts and the exchange calendar.
+//!
+//! Types here parse, they do not validate: a `Quantity` is always >= 1, a `Price` is
+//! always a finite decimal, an `IdempotencyKey` is always 1..255 printable ASCII.
+
+pub mod calendar;
+pub mod cl;
+
+use std::fmt;
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch, UTC. Storage uses this; the API prints RFC 3339.
+pub type Millis = i64;
+
+/// RFC 3339 UTC with millisecond precision, e.g. `2026-11-21T14:05:10.123Z`.
+pub fn rfc3339(ms: Millis) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// RFC 3339 UTC at second precision, for sentences read by people.
+pub fn human_time(ms: Millis) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M:%S UTC")
+        .to_string()
+}
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!(
+                        "expected one of {}",
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+string_enum!(Side { Buy => "buy", Sell => "sell" });
+string_enum!(OrderType { Market => "market", Limit => "limit", Stop => "stop", StopLimit => "stop_limit" });
+string_enum!(TimeInForce { Day => "day", Gtc => "gtc", Ioc => "ioc", Fok => "fok" });
+string_enum!(OrderStatus {
+    Queued => "queued",
+    Submitted => "submitted",
+    Working => "working",
+    PartiallyFilled => "partially_filled",
+    Filled => "filled",
+    Cancelled => "cancelled",
+    Rejected => "rejected",
+});
+string_enum!(JobKind { PositionsSync => "positions.sync" });
+string_enum!(JobStatus { Queued => "queued", Running => "running", Succeeded => "succeeded", Failed => "failed" });
+string_enum!(AccountStatus { Active => "active", Suspended => "suspended", Closed => "closed" });
+string_enum!(ActionType {
+    OrderSubmitCl => "order.submit.cl",
+    OrderCancel => "order.cancel",
+    PositionsSync => "positions.sync",
+});
+string_enum!(ActionStatus {
+    Queued => "queued",
+    Processing => "processing",
+    Succeeded => "succeeded",
+    Failed => "failed",
+    Rejected => "rejected",
+});
+string_enum!(QueueTarget { Orders => "worker:orders", Jobs => "worker:jobs" });
+
+impl OrderStatus {
+    /// An order that can still be cancelled at the broker.
+    pub fn is_cancellable(self) -> bool {
+        matches!(
+            self,
+            OrderStatus::Queued
+                | OrderStatus::Submitted
+                | OrderStatus::Working
+                | OrderStatus::PartiallyFilled
+        )
+    }
+}
+
+impl Side {
+    /// +1 for buy, -1 for sell: the sign an order adds to a position.
+    pub fn sign(self) -> i64 {
+        match self {
+            Side::Buy => 1,
+            Side::Sell => -1,
+        }
+    }
+}
+
+impl ActionType {
+    pub fn queue_target(self) -> QueueTarget {
+        match self {
+            ActionType::OrderSubmitCl | ActionType::OrderCancel => QueueTarget::Orders,
+            ActionType::PositionsSync => QueueTarget::Jobs,
+        }
+    }
+
+    /// Order submissions stop when the kill switch is engaged; cancels and syncs reduce risk
+    /// and stay available (contract, kill switch).
+    pub fn is_order_submission(self) -> bool {
+        self.as_str().starts_with("order.submit.")
+    }
+}
+
+/// A number of contracts, always >= 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Quantity(u32);
+
+impl Quantity {
+    pub const MAX: u32 = 1_000_000;
+
+    pub fn new(n: i64) -> Result<Self, String> {
+        if n < 1 {
+            Err("quantity must be a whole number of contracts, at least 1".into())
+        } else if n > Self::MAX as i64 {
+            Err(format!("quantity must be at most {}", Self::MAX))
+        } else {
+            Ok(Quantity(n as u32))
+        }
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        let n = match &v {
+            serde_json::Value::Number(n) => n
+                .as_i64()
+                .ok_or_else(|| serde::de::Error::custom("quantity must be a whole number"))?,
+            _ => {
+                return Err(serde::de::Error::custom(
+                    "quantity must be a JSON integer (number of contracts)",
+                ))
+            }
+        };
+        Quantity::new(n).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A finite decimal price. Accepts a JSON number or a decimal string on input and always
+/// prints as a decimal string. Negative prices are valid numbers; policy decides if they trade.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Price(Decimal);
+
+impl Price {
+    pub fn new(d: Decimal) -> Self {
+        Price(d.normalize())
+    }
+    pub fn value(self) -> Decimal {
+        self.0
+    }
+    /// Whether the price is a whole multiple of `tick`.
+    pub fn on_tick(self, tick: Decimal) -> bool {
+        !tick.is_zero() && (self.0 % tick).is_zero()
+    }
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t.is_empty()
+            || t.len() > 32
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == '-' || c == '+')
+        {
+            return Err("price must be a decimal number such as \"68.45\"".into());
+        }
+        Decimal::from_str(t)
+            .map(Price::new)
+            .map_err(|_| "price must be a decimal number such as \"68.45\"".into())
+    }
+}
+
+impl fmt::Display for Price {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Always at least two decimals: "68.40", "-37.63", "70.00".
+        let d = self.0;
+        if d.scale() < 2 {
+            let mut d2 = d;
+            d2.rescale(2);
+            write!(f, "{d2}")
+        } else {
+            write!(f, "{d}")
+        }
+    }
+}
+
+impl Serialize for Price {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Price {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        match v {
+            // `{}` prints the shortest text that reads back as the same f64, which is the
+            // text the caller wrote for any price with fewer than 16 significant digits.
+            serde_json::Value::Number(n) => Price::parse(&n.to_string()),
+            serde_json::Value::String(s) => Price::parse(&s),
+            _ => Err("price must be a JSON number or a decimal string".into()),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Client-chosen idempotency key: 1..255 printable ASCII characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s.is_empty() || s.len() > 255 || !s.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+            Err("idempotency_key must be 1 to 255 printable ASCII characters".into())
+        } else {
+            Ok(IdempotencyKey(s.to_string()))
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for IdempotencyKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        IdempotencyKey::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Identifiers made by Airlock: a prefix and 26 random base32 characters after a time part,
+/// so they sort roughly by creation time (`ord_01...`, `act_...`, `pln_...`).
+pub fn new_id(prefix: &str, now: Millis) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
+    let mut s = String::with_capacity(prefix.len() + 1 + 22);
+    s.push_str(prefix);
+    s.push('_');
+    let t = now.max(0) as u64;
+    for i in (0..10).rev() {
+        s.push(ALPHABET[((t >> (i * 5)) & 31) as usize] as char);
+    }
+    let mut rng = rand::thread_rng();
+    for _ in 0..12 {
+        s.push(ALPHABET[rng.gen_range(0..32)] as char);
+    }
+    s
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Account {
+    pub account_id: String,
+    pub name: String,
+    pub desk: String,
+    pub currency: String,
+    pub status: AccountStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Position {
+    pub account_id: String,
+    pub symbol: String,
+    pub quantity: i64,
+    pub avg_price: Option<Price>,
+    pub updated_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    pub account_id: String,
+    pub symbol: String,
+    pub side: Side,
+    pub quantity: u32,
+    pub order_type: OrderType,
+    pub limit_price: Option<Price>,
+    pub stop_price: Option<Price>,
+    pub time_in_force: TimeInForce,
+    pub status: OrderStatus,
+    pub filled_quantity: u32,
+    pub avg_fill_price: Option<Price>,
+    pub action_id: Option<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub job_id: String,
+    pub kind: JobKind,
+    pub status: JobStatus,
+    pub account_id: Option<String>,
+    pub action_id: Option<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn price_reads_numbers_and_strings_exactly() {
+        let p: Price = serde_json::from_str("68.45").unwrap();
+        assert_eq!(p.to_string(), "68.45");
+        let p: Price = serde_json::from_str("\"-37.63\"").unwrap();
+        assert_eq!(p.to_string(), "-37.63");
+        let p: Price = serde_json::from_str("70").unwrap();
+        assert_eq!(p.to_string(), "70.00");
+        assert!(serde_json::from_str::<Price>("\"1e5\"").is_err());
+        assert!(serde_json::from_str::<Price>("true").is_err());
+        assert!(Price::parse("68.45").unwrap().on_tick(Decimal::new(1, 2)));
+        assert!(!Price::parse("68.455").unwrap().on_tick(Decimal::new(1, 2)));
+    }
+
+    #[test]
+    fn quantity_rejects_zero_fractions_and_strings() {
+        assert!(serde_json::from_str::<Quantity>("0").is_err());
+        assert!(serde_json::from_str::<Quantity>("1.5").is_err());
+        assert!(serde_json::from_str::<Quantity>("\"2\"").is_err());
+        assert_eq!(serde_json::from_str::<Quantity>("2").unwrap().get(), 2);
+    }
+
+    #[test]
+    fn idempotency_key_bounds() {
+        assert!(IdempotencyKey::parse("").is_err());
+        assert!(IdempotencyKey::parse(&"a".repeat(256)).is_err());
+        assert!(IdempotencyKey::parse("tab\there").is_err());
+        assert!(IdempotencyKey::parse(&"a".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn ids_sort_by_time() {
+        let a = new_id("ord", 1_700_000_000_000);
+        let b = new_id("ord", 1_700_000_000_001);
+        assert!(a < b, "{a} < {b}");
+        assert_eq!(a.len(), 4 + 22);
+    }
+}
+
+/// An identifier sent by a client (account or order id): 1 to 64 characters of
+/// letters, digits and `-_.:`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Ident(String);
+
+impl Ident {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s.is_empty()
+            || s.len() > 64
+            || !s
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+        {
+            Err("must be 1 to 64 letters, digits or -_.:".into())
+        } else {
+            Ok(Ident(s.to_string()))
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Ident {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ident {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ident::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+fn default_tif() -> TimeInForce {
+    TimeInForce::Day
+}
+
+/// `order.submit.cl` payload, as sent. The symbol stays text: a bad symbol is a failed
+/// `symbol_valid` check in the plan, not a malformed request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderSubmitCl {
+    pub account_id: Ident,
+    pub symbol: String,
+    pub side: Side,
+    pub quantity: Quantity,
+    pub order_type: OrderType,
+    #[serde(default)]
+    pub limit_price: Option<Price>,
+    #[serde(default)]
+    pub stop_price: Option<Price>,
+    #[serde(default = "default_tif")]
+    pub time_in_force: TimeInForce,
+}
+
+/// `order.cancel` payload.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderCancel {
+    pub account_id: Ident,
+    pub order_id: Ident,
+}
+
+/// `positions.sync` payload.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PositionsSync {
+    pub account_id: Ident,
+}

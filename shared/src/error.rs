@@ -1,0 +1,242 @@
+//! The one error type that crosses layers. `http::error` is the one place it becomes HTTP.
+//!
+//! Clients get a stable `code`, a sentence a person or an LLM can act on, and optionally the
+//! fields at fault. The `cause` is for logs only and never reaches a client.
+
+use std::fmt;
+
+/// Stable error codes of the contract. The HTTP status of each lives in `http::error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    InvalidRequest,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    NotFound,
+    MethodNotAllowed,
+    Unauthenticated,
+    OperatorUnauthenticated,
+    InsufficientScope,
+    OperatorMismatch,
+    InvalidCursor,
+    AccountNotFound,
+    OrderNotFound,
+    ActionNotFound,
+    PlanNotFound,
+    TokenInvalid,
+    TokenExpired,
+    PlanExpired,
+    PlanNotExecutable,
+    PlanAlreadyExecuted,
+    IdempotencyKeyReused,
+    IdempotencyKeyInFlight,
+    KillSwitchEngaged,
+    ActionDisabled,
+    PolicyViolation,
+    RateLimited,
+    UpstreamUnavailable,
+    Internal,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        use Code::*;
+        match self {
+            InvalidRequest => "invalid_request",
+            PayloadTooLarge => "payload_too_large",
+            UnsupportedMediaType => "unsupported_media_type",
+            NotFound => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            Unauthenticated => "unauthenticated",
+            OperatorUnauthenticated => "operator_unauthenticated",
+            InsufficientScope => "insufficient_scope",
+            OperatorMismatch => "operator_mismatch",
+            InvalidCursor => "invalid_cursor",
+            AccountNotFound => "account_not_found",
+            OrderNotFound => "order_not_found",
+            ActionNotFound => "action_not_found",
+            PlanNotFound => "plan_not_found",
+            TokenInvalid => "token_invalid",
+            TokenExpired => "token_expired",
+            PlanExpired => "plan_expired",
+            PlanNotExecutable => "plan_not_executable",
+            PlanAlreadyExecuted => "plan_already_executed",
+            IdempotencyKeyReused => "idempotency_key_reused",
+            IdempotencyKeyInFlight => "idempotency_key_in_flight",
+            KillSwitchEngaged => "kill_switch_engaged",
+            ActionDisabled => "action_disabled",
+            PolicyViolation => "policy_violation",
+            RateLimited => "rate_limited",
+            UpstreamUnavailable => "upstream_unavailable",
+            Internal => "internal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Code> {
+        use Code::*;
+        const ALL: &[Code] = &[
+            InvalidRequest,
+            PayloadTooLarge,
+            UnsupportedMediaType,
+            NotFound,
+            MethodNotAllowed,
+            Unauthenticated,
+            OperatorUnauthenticated,
+            InsufficientScope,
+            OperatorMismatch,
+            InvalidCursor,
+            AccountNotFound,
+            OrderNotFound,
+            ActionNotFound,
+            PlanNotFound,
+            TokenInvalid,
+            TokenExpired,
+            PlanExpired,
+            PlanNotExecutable,
+            PlanAlreadyExecuted,
+            IdempotencyKeyReused,
+            IdempotencyKeyInFlight,
+            KillSwitchEngaged,
+            ActionDisabled,
+            PolicyViolation,
+            RateLimited,
+            UpstreamUnavailable,
+            Internal,
+        ];
+        ALL.iter().copied().find(|c| c.as_str() == s)
+    }
+
+    /// Rejections of `POST /actions/execute` (the contract's execute table) carry
+    /// `status: "rejected"` in their body.
+    pub fn is_execute_rejection(self) -> bool {
+        use Code::*;
+        matches!(
+            self,
+            TokenInvalid
+                | TokenExpired
+                | PlanNotFound
+                | PlanExpired
+                | PlanNotExecutable
+                | PlanAlreadyExecuted
+                | IdempotencyKeyReused
+                | IdempotencyKeyInFlight
+                | KillSwitchEngaged
+                | ActionDisabled
+                | PolicyViolation
+                | RateLimited
+        )
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One bad field: a JSON pointer into the request (`/payload/quantity`) or a query
+/// parameter name (`limit`), and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    pub code: Code,
+    pub message: String,
+    pub details: Vec<FieldError>,
+    /// Seconds, for 409 in-flight and 429.
+    pub retry_after: Option<u64>,
+    /// For logs only; never sent to a client.
+    pub cause: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            details: Vec::new(),
+            retry_after: None,
+            cause: None,
+        }
+    }
+
+    pub fn with_details(mut self, details: Vec<FieldError>) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>, message: impl Into<String>) -> Self {
+        self.details.push(FieldError::new(field, message));
+        self
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds.max(1));
+        self
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let field = field.into();
+        let message = message.into();
+        ApiError::new(
+            Code::InvalidRequest,
+            format!("The request is invalid: {field}: {message}."),
+        )
+        .with_field(field, message)
+    }
+
+    pub fn internal(cause: impl Into<String>) -> Self {
+        ApiError {
+            cause: Some(cause.into()),
+            ..ApiError::new(
+                Code::Internal,
+                "Airlock hit an internal error; nothing was changed. Try again, and report the request id if it persists.",
+            )
+        }
+    }
+
+    pub fn unavailable(cause: impl Into<String>) -> Self {
+        ApiError {
+            cause: Some(cause.into()),
+            ..ApiError::new(
+                Code::UpstreamUnavailable,
+                "A storage or queue service is unavailable right now; nothing was half-written. Retry the same request shortly.",
+            )
+        }
+    }
+}
+
+/// Errors of a storage, queue or signing adapter. They map to 503 (retryable) or 500.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The backend could not be reached or refused for now (busy, throttled, timed out).
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// Data in the store does not parse: a bug or a manual edit.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(c) => ApiError::unavailable(c),
+            StoreError::Corrupt(c) => ApiError::internal(c),
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;

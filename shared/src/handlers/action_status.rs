@@ -1,0 +1,29 @@
+//! `GET /actions/{action_id}`: the status of an executed action, as the workers report it.
+
+use axum::extract::{Path, State};
+use axum::http::Uri;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::Value;
+
+use super::views;
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::http::api;
+use crate::http::extract::{Authed, QueryParams};
+use crate::protocol::reads;
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route(&api("/actions/{action_id}"), get(handler))
+}
+
+async fn handler(
+    State(st): State<AppState>,
+    Authed(caller): Authed,
+    Path(action_id): Path<String>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    QueryParams::parse(uri.query())?.finish()?;
+    let a = reads::action(&st, &caller, &action_id).await?;
+    Ok(Json(views::action(&a)))
+}

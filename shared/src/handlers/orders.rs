@@ -1,0 +1,28 @@
+//! `GET /orders?account_id=&status=`: orders on the operator's desks, newest first.
+
+use axum::extract::State;
+use axum::http::Uri;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::Value;
+
+use super::views;
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::http::api;
+use crate::http::extract::{Authed, QueryParams};
+use crate::ports::OrderFilter;
+use crate::protocol::reads::{self, PageRequest};
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route(&api("/orders"), get(handler))
+}
+
+async fn handler(State(st): State<AppState>, Authed(caller): Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let mut q = QueryParams::parse(uri.query())?;
+    let filter = OrderFilter { account_id: q.text("account_id")?, status: q.parsed("status")? };
+    let page = PageRequest { limit: q.limit()?, cursor: q.text("cursor")? };
+    q.finish()?;
+    let l = reads::orders(&st, &caller, filter, &page).await?;
+    Ok(Json(views::listing("orders", &l, views::order)))
+}

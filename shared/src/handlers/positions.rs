@@ -1,0 +1,27 @@
+//! `GET /positions?account_id=`: positions on the operator's desks.
+
+use axum::extract::State;
+use axum::http::Uri;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::Value;
+
+use super::views;
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::http::api;
+use crate::http::extract::{Authed, QueryParams};
+use crate::protocol::reads::{self, PageRequest};
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route(&api("/positions"), get(handler))
+}
+
+async fn handler(State(st): State<AppState>, Authed(caller): Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let mut q = QueryParams::parse(uri.query())?;
+    let account_id = q.text("account_id")?;
+    let page = PageRequest { limit: q.limit()?, cursor: q.text("cursor")? };
+    q.finish()?;
+    let l = reads::positions(&st, &caller, account_id.as_deref(), &page).await?;
+    Ok(Json(views::listing("positions", &l, views::position)))
+}

@@ -1,0 +1,63 @@
+//! The one place errors become HTTP: status codes per error code, the contract's error
+//! body, `Retry-After`, and logging of causes (never sent to clients).
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::{ApiError, Code};
+use crate::http::observe::current_request_id;
+
+pub fn status_of(code: Code) -> StatusCode {
+    use Code::*;
+    match code {
+        InvalidRequest | InvalidCursor => StatusCode::BAD_REQUEST,
+        PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        NotFound | AccountNotFound | OrderNotFound | ActionNotFound | PlanNotFound => {
+            StatusCode::NOT_FOUND
+        }
+        MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        Unauthenticated | OperatorUnauthenticated => StatusCode::UNAUTHORIZED,
+        InsufficientScope | OperatorMismatch | KillSwitchEngaged | ActionDisabled => {
+            StatusCode::FORBIDDEN
+        }
+        TokenInvalid | TokenExpired | PlanExpired | PlanNotExecutable | IdempotencyKeyReused
+        | PolicyViolation => StatusCode::UNPROCESSABLE_ENTITY,
+        PlanAlreadyExecuted | IdempotencyKeyInFlight => StatusCode::CONFLICT,
+        RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        UpstreamUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The contract's error body for `e`, with the current request id.
+pub fn error_body(e: &ApiError) -> serde_json::Value {
+    let mut error = json!({ "code": e.code.as_str(), "message": e.message });
+    if !e.details.is_empty() {
+        error["details"] = json!(e.details);
+    }
+    let mut body = json!({ "error": error, "request_id": current_request_id() });
+    if e.code.is_execute_rejection() {
+        body["status"] = json!("rejected");
+    }
+    body
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = status_of(self.code);
+        if status.is_server_error() {
+            tracing::error!(code = self.code.as_str(), cause = self.cause.as_deref().unwrap_or(""), "request failed");
+        } else if let Some(c) = &self.cause {
+            tracing::warn!(code = self.code.as_str(), cause = c.as_str(), "request refused");
+        }
+        let mut resp = (status, axum::Json(error_body(&self))).into_response();
+        if let Some(s) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                resp.headers_mut().insert("retry-after", v);
+            }
+        }
+        resp
+    }
+}

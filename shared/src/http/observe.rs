@@ -1,0 +1,75 @@
+//! Request ids and the one structured log line per request.
+//!
+//! Every response carries `x-request-id` (always minted here, never taken from the
+//! client). One span per request carries the id; the closing line logs method, path,
+//! status, latency and the operator and service principal, never a token.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use crate::error::ApiError;
+
+tokio::task_local! {
+    static REQUEST_ID: String;
+}
+
+/// The id of the request being served ("" outside a request).
+pub fn current_request_id() -> String {
+    REQUEST_ID.try_with(|r| r.clone()).unwrap_or_default()
+}
+
+/// Filled by the auth extractor so the closing log line can name who called.
+#[derive(Default)]
+pub struct CallerSlot {
+    pub who: OnceLock<(String, String)>,
+}
+
+pub fn new_request_id() -> String {
+    crate::domain::new_id("req", chrono::Utc::now().timestamp_millis())
+}
+
+pub async fn observe(mut req: Request, next: Next) -> Response {
+    let request_id = new_request_id();
+    let start = Instant::now();
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let slot = Arc::new(CallerSlot::default());
+    req.extensions_mut().insert(slot.clone());
+    let span = tracing::info_span!("request", request_id = %request_id, method = %method, path = %path);
+    let run = REQUEST_ID.scope(
+        request_id.clone(),
+        std::panic::AssertUnwindSafe(next.run(req)).catch_unwind(),
+    );
+    let mut resp = match run.instrument(span.clone()).await {
+        Ok(r) => r,
+        Err(_) => REQUEST_ID
+            .scope(request_id.clone(), async {
+                ApiError::internal("handler panicked").into_response()
+            })
+            .instrument(span.clone())
+            .await,
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    let (operator, service) = slot.who.get().cloned().unwrap_or_default();
+    let _g = span.enter();
+    tracing::info!(
+        request_id = %request_id,
+        method = %method,
+        path = %path,
+        status = resp.status().as_u16(),
+        latency_ms = start.elapsed().as_secs_f64() * 1000.0,
+        operator = %operator,
+        service_principal = %service,
+        "request"
+    );
+    resp
+}

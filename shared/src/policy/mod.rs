@@ -1,0 +1,89 @@
+//! The pre-trade risk policy: versioned limits with defaults, a file override in local mode
+//! (`<state-dir>/policy.json`), and the named checks of the contract. Pure functions: the
+//! protocol gathers the inputs (account, position, control record, time) and records the
+//! results.
+
+mod checks;
+
+pub use checks::{
+    check_order_cancel, check_order_submit, check_positions_sync, recheck_order_at_execute,
+    CancelInputs, OrderInputs,
+};
+
+use std::path::Path;
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::calendar::ExchangeCalendar;
+
+/// Limits and switches of the risk policy. Unknown fields in a policy file are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Policy {
+    /// Bumped whenever a limit changes; recorded on every plan and audit record.
+    pub version: String,
+    /// Contract roots that may trade.
+    pub allowed_symbols: Vec<String>,
+    /// Accounts that may trade; `None` means every active account.
+    pub allowed_accounts: Option<Vec<String>>,
+    /// Largest order, in contracts.
+    pub max_order_size: u32,
+    /// Largest absolute position per account and contract after the order.
+    pub max_position: u32,
+    /// Within this many business days of the last trading day only position-reducing
+    /// orders pass.
+    pub close_only_business_days: u32,
+    /// Minimum price increment.
+    pub tick: Decimal,
+    /// Whether negative limit and stop prices may trade (CL settled at -37.63 in 2020).
+    pub allow_negative_prices: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            version: "default-1".into(),
+            allowed_symbols: vec!["CL".into()],
+            allowed_accounts: None,
+            max_order_size: 10,
+            max_position: 50,
+            close_only_business_days: 2,
+            tick: Decimal::new(1, 2),
+            allow_negative_prices: true,
+        }
+    }
+}
+
+impl Policy {
+    /// The policy file if it exists, else the defaults.
+    pub fn load_local(path: &Path) -> Result<Policy, String> {
+        if !path.exists() {
+            return Ok(Policy::default());
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let p: Policy =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        p.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(p)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.version.trim().is_empty() {
+            return Err("version must not be empty".into());
+        }
+        if self.tick <= Decimal::ZERO {
+            return Err("tick must be positive".into());
+        }
+        if self.max_order_size == 0 || self.max_position == 0 {
+            return Err("max_order_size and max_position must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The version recorded on plans: the policy's and the calendar's.
+    pub fn full_version(&self, cal: &ExchangeCalendar) -> String {
+        format!("{}+{}", self.version, cal.version())
+    }
+}

@@ -1,0 +1,211 @@
+//! Small async capability traits, one per capability. Handlers and the protocol hold
+//! them as `Arc<dyn Port>`; `adapters::sqlite` implements them on SQLite, the AWS
+//! adapters on DynamoDB, SQS and KMS. Adapters stay dumb: they store, load and check the
+//! conditions they are given; every decision lives in `protocol`.
+
+use async_trait::async_trait;
+
+use crate::auth::DeskScope;
+use crate::domain::{Account, Job, JobKind, JobStatus, Millis, Order, OrderStatus, Position};
+use crate::error::StoreResult;
+use crate::records::{
+    ActionRecord, AuditRecord, Control, KeyRecord, PlanRecord, QueueMessage, RateState,
+};
+
+/// Keyset pagination: rows strictly after `after` in the listing's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<K> {
+    pub after: Option<K>,
+    pub limit: u32,
+}
+
+/// Orders and jobs list newest first by `(created_at, id)`.
+pub type TimeKey = (Millis, String);
+
+#[derive(Debug, Clone, Default)]
+pub struct OrderFilter {
+    pub account_id: Option<String>,
+    pub status: Option<OrderStatus>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub kind: Option<JobKind>,
+    pub status: Option<JobStatus>,
+}
+
+#[async_trait]
+pub trait AccountStore: Send + Sync {
+    /// Accounts on the given desks, by `account_id`.
+    async fn list_accounts(
+        &self,
+        desks: &DeskScope,
+        page: &Page<String>,
+    ) -> StoreResult<Vec<Account>>;
+    async fn get_account(&self, account_id: &str) -> StoreResult<Option<Account>>;
+}
+
+#[async_trait]
+pub trait PositionStore: Send + Sync {
+    /// Positions on the given desks, by `(account_id, symbol)`.
+    async fn list_positions(
+        &self,
+        desks: &DeskScope,
+        account_id: Option<&str>,
+        page: &Page<(String, String)>,
+    ) -> StoreResult<Vec<Position>>;
+    async fn get_position(&self, account_id: &str, symbol: &str)
+        -> StoreResult<Option<Position>>;
+}
+
+#[async_trait]
+pub trait OrderStore: Send + Sync {
+    async fn list_orders(
+        &self,
+        desks: &DeskScope,
+        filter: &OrderFilter,
+        page: &Page<TimeKey>,
+    ) -> StoreResult<Vec<Order>>;
+    async fn get_order(&self, order_id: &str) -> StoreResult<Option<Order>>;
+}
+
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Jobs of accounts on the given desks, plus jobs tied to no account.
+    async fn list_jobs(
+        &self,
+        desks: &DeskScope,
+        filter: &JobFilter,
+        page: &Page<TimeKey>,
+    ) -> StoreResult<Vec<Job>>;
+}
+
+#[async_trait]
+pub trait ActionStore: Send + Sync {
+    async fn get_action(&self, action_id: &str) -> StoreResult<Option<ActionRecord>>;
+    /// Actions accepted before `claimed_before` and never sent: the sweeper's work.
+    async fn list_unsent(&self, claimed_before: Millis, limit: u32)
+        -> StoreResult<Vec<ActionRecord>>;
+}
+
+#[async_trait]
+pub trait PlanStore: Send + Sync {
+    /// Stores a new plan and its audit record in one atomic write.
+    async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()>;
+    async fn get_plan(&self, plan_id: &str) -> StoreResult<Option<PlanRecord>>;
+}
+
+/// The conditions an execute commit is checked against, atomically with its writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyCondition {
+    /// No live record for this key (an expired one counts as absent).
+    Absent,
+    /// The record is claimed by this lease owner (a takeover or the finishing write).
+    ClaimedBy(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanChange {
+    /// planned -> executed with this action id.
+    Execute { action_id: String },
+    /// planned -> closed for this reason code.
+    Close { reason_code: String },
+}
+
+/// One atomic step of execute (DESIGN, the execute path, step 4): put the key record,
+/// move the plan, check the control record and the rate state, store the action and
+/// append the audit record, all or nothing.
+#[derive(Debug, Clone)]
+pub struct ExecuteCommit {
+    pub key: KeyRecord,
+    pub key_condition: KeyCondition,
+    /// The plan must still be `planned`; `None` leaves the plan alone.
+    pub plan_change: Option<(String, PlanChange)>,
+    /// The control record must still allow executing this action type.
+    pub require_execute_allowed: Option<crate::domain::ActionType>,
+    /// The operator's rate state must still be at `expected_version`; it is replaced.
+    pub rate: Option<(u64, RateState)>,
+    pub action: Option<ActionRecord>,
+    pub audit: AuditRecord,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    Key,
+    Plan,
+    Control,
+    Rate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    Committed,
+    /// A condition no longer held; nothing was written. Re-read and decide again.
+    Conflict(Conflict),
+}
+
+#[async_trait]
+pub trait ExecuteLedger: Send + Sync {
+    /// A live key record (expired ones count as absent).
+    async fn get_key(&self, principal: &str, key: &str, now: Millis)
+        -> StoreResult<Option<KeyRecord>>;
+    async fn get_rate(&self, operator_id: &str) -> StoreResult<RateState>;
+    async fn commit(&self, c: &ExecuteCommit, now: Millis) -> StoreResult<CommitOutcome>;
+    /// After the enqueue: the key becomes decided and the action sent, only if `lease_owner`
+    /// still holds the key (a late first attempt cannot overwrite a new owner's record).
+    async fn mark_sent(
+        &self,
+        key: &KeyRecord,
+        lease_owner: &str,
+        action_id: &str,
+        now: Millis,
+    ) -> StoreResult<bool>;
+    /// Moves the lease of a claimed key to a new owner, only if `old_owner` still holds it.
+    async fn take_over(
+        &self,
+        principal: &str,
+        key: &str,
+        old_owner: &str,
+        new_owner: &str,
+        lease_until: Millis,
+    ) -> StoreResult<bool>;
+}
+
+#[async_trait]
+pub trait ControlStore: Send + Sync {
+    async fn get_control(&self) -> StoreResult<Control>;
+    async fn put_control(&self, c: &Control) -> StoreResult<()>;
+}
+
+#[async_trait]
+pub trait AuditLog: Send + Sync {
+    async fn append(&self, rec: &AuditRecord) -> StoreResult<()>;
+    /// Every record naming this plan or action id (and, for an action, its plan), by time.
+    async fn trail(&self, id: &str) -> StoreResult<Vec<AuditRecord>>;
+}
+
+#[async_trait]
+pub trait Queue: Send + Sync {
+    /// Sends a message. `dedup_id` makes a resend of the same action a no-op (SQS FIFO
+    /// deduplication; the embedded queue has a unique index).
+    async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()>;
+}
+
+/// Signs confirmation tokens (ES256). The local signer holds a P-256 key file; the AWS
+/// signer calls KMS `Sign`. Verification never calls the signer: it uses the public key.
+#[async_trait]
+pub trait Signer: Send + Sync {
+    fn key_id(&self) -> &str;
+    fn public_key(&self) -> &p256::PublicKey;
+    /// The ES256 signature of `message` in JWS form (`r || s`, 64 bytes).
+    async fn sign(&self, message: &[u8]) -> StoreResult<[u8; 64]>;
+}
+
+/// Writes to the read models: the demo seed and the workers use it.
+#[async_trait]
+pub trait ReadModelWriter: Send + Sync {
+    async fn put_accounts(&self, rows: &[Account]) -> StoreResult<()>;
+    async fn put_positions(&self, rows: &[Position]) -> StoreResult<()>;
+    async fn put_orders(&self, rows: &[Order]) -> StoreResult<()>;
+    async fn put_jobs(&self, rows: &[Job]) -> StoreResult<()>;
+}

@@ -1,0 +1,670 @@
+//! `POST /actions/execute`, in the contract's order of evaluation:
+//!
+//! 1. authenticate and parse (the handler), scope, `requested_by`;
+//! 2. look up the idempotency key: a decided key replays its decision, another plan or
+//!    requester is 422, a live lease is 409, an expired lease is resumed;
+//! 3. verify the confirmation token locally;
+//! 4. one atomic commit: claim the key with a lease, consume the plan, check the control
+//!    record and the rate limit, store the action, append the audit record;
+//! 5. enqueue; 6. mark the key decided and the action sent (only while holding the lease).
+//!
+//! Conditions that changed under us (another request won a race) make the commit a
+//! conflict; we then read again and decide again, a bounded number of times.
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::{order_inputs_position, NormalizedOrder};
+use super::{not_found, sha256_hex, ChatContext};
+use crate::app::AppState;
+use crate::auth::{Caller, Permission, TokenFault};
+use crate::domain::calendar::ExchangeCalendar;
+use crate::domain::cl::ClContract;
+use crate::domain::{
+    human_time, new_id, rfc3339, ActionStatus, ActionType, IdempotencyKey, Millis, QueueTarget,
+};
+use crate::error::{ApiError, Code};
+use crate::policy::{self, OrderInputs};
+use crate::ports::{CommitOutcome, ExecuteCommit, KeyCondition, PlanChange};
+use crate::records::{
+    ActionRecord, AuditRecord, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
+    QueueMessage, RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
+};
+
+/// How long a decided key replays its decision.
+pub const REPLAY_WINDOW_MS: Millis = 24 * 3600 * 1000;
+const MAX_ROUNDS: usize = 16;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteRequest {
+    pub plan_id: String,
+    pub confirmation_token: String,
+    pub idempotency_key: IdempotencyKey,
+    pub requested_by: String,
+    #[serde(default)]
+    pub chat_context: Option<ChatContext>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Accepted {
+    pub action_id: String,
+    pub status: &'static str,
+    pub queue_target: QueueTarget,
+    pub resource_refs: ResourceRefs,
+    pub plan_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecuteOutcome {
+    /// 202: newly queued.
+    Queued(Accepted),
+    /// 200: the same key was decided before; the original action.
+    Duplicate(Accepted),
+}
+
+/// Per-request facts that go into audit records.
+pub struct RequestFacts<'a> {
+    pub request_id: &'a str,
+    pub chat: ChatContext,
+}
+
+struct Ctx<'a> {
+    state: &'a AppState,
+    caller: &'a Caller,
+    req: &'a ExecuteRequest,
+    facts: &'a RequestFacts<'a>,
+    fingerprint: String,
+}
+
+impl Ctx<'_> {
+    fn principal(&self) -> &str {
+        &self.caller.service.sub
+    }
+
+    fn audit(&self, now: Millis, decision: &str) -> AuditRecord {
+        AuditRecord {
+            audit_id: new_id("aud", now),
+            at: now,
+            event: "execute".into(),
+            decision: decision.into(),
+            reason_code: None,
+            reason: None,
+            action_type: None,
+            plan_id: Some(self.req.plan_id.clone()),
+            action_id: None,
+            idempotency_key: Some(self.req.idempotency_key.as_str().to_string()),
+            operator_id: self.caller.operator.sub.clone(),
+            service_principal: self.caller.service.sub.clone(),
+            payload_hash: None,
+            risk_checks: Vec::new(),
+            order_id: None,
+            job_id: None,
+            chat_session_id: self.facts.chat.chat_session_id.clone(),
+            tool_call_id: self.facts.chat.tool_call_id.clone(),
+            request_id: self.facts.request_id.to_string(),
+            policy_version: None,
+        }
+    }
+
+    fn audit_rejection(&self, now: Millis, e: &ApiError, plan: Option<&PlanRecord>) -> AuditRecord {
+        let mut a = self.audit(now, "rejected");
+        a.reason_code = Some(e.code.as_str().into());
+        a.reason = Some(e.message.clone());
+        if let Some(p) = plan {
+            a.action_type = Some(p.action_type);
+            a.payload_hash = Some(p.payload_hash.clone());
+            a.policy_version = Some(p.policy_version.clone());
+        }
+        a
+    }
+
+    /// Appends an audit record for a rejection that is not part of a commit, then
+    /// returns the error.
+    async fn reject(&self, e: ApiError, plan: Option<&PlanRecord>) -> ApiError {
+        let now = self.state.clock.now_ms();
+        if let Err(err) = self.state.ports.audit.append(&self.audit_rejection(now, &e, plan)).await {
+            return err.into();
+        }
+        e
+    }
+}
+
+fn accepted(d: &Decision) -> Option<Accepted> {
+    match d {
+        Decision::Queued {
+            action_id,
+            plan_id,
+            queue_target,
+            resource_refs,
+        } => Some(Accepted {
+            action_id: action_id.clone(),
+            status: "queued",
+            queue_target: *queue_target,
+            resource_refs: resource_refs.clone(),
+            plan_id: plan_id.clone(),
+        }),
+        Decision::Rejected { .. } => None,
+    }
+}
+
+fn replayed_rejection(code: &str, message: &str, details: &[crate::error::FieldError]) -> ApiError {
+    ApiError::new(Code::parse(code).unwrap_or(Code::Internal), message).with_details(details.to_vec())
+}
+
+pub async fn execute(
+    state: &AppState,
+    caller: &Caller,
+    req: ExecuteRequest,
+    header_key: Option<&str>,
+    facts: RequestFacts<'_>,
+) -> Result<ExecuteOutcome, ApiError> {
+    caller.require(Permission::Execute)?;
+    super::parse_requested_by(&req.requested_by)?;
+    if req.plan_id.is_empty() || req.plan_id.len() > 128 {
+        return Err(ApiError::invalid("/plan_id", "must be a plan id from POST /actions/plan"));
+    }
+    if req.confirmation_token.is_empty() || req.confirmation_token.len() > 4096 {
+        return Err(ApiError::invalid("/confirmation_token", "must be the token from the plan"));
+    }
+    if let Some(h) = header_key {
+        if h != req.idempotency_key.as_str() {
+            return Err(ApiError::invalid(
+                "/idempotency_key",
+                "does not match the Idempotency-Key header; send the same key in both or only in the body",
+            ));
+        }
+    }
+    facts.chat.validate("/chat_context")?;
+    caller.check_requested_by(&req.requested_by)?;
+    let fingerprint = sha256_hex(
+        format!("{}\u{0}{}\u{0}{}", req.plan_id, req.requested_by, caller.service.sub).as_bytes(),
+    );
+    let ctx = Ctx {
+        state,
+        caller,
+        req: &req,
+        facts: &facts,
+        fingerprint,
+    };
+    for _ in 0..MAX_ROUNDS {
+        if let Some(done) = round(&ctx).await? {
+            return Ok(done);
+        }
+    }
+    Err(ApiError::unavailable("execute: too many conflicting concurrent writes"))
+}
+
+/// One read-decide-commit round. `Ok(None)`: a condition changed under us; go again.
+async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
+    let st = ctx.state;
+    let now = st.clock.now_ms();
+    let key = ctx.req.idempotency_key.as_str();
+
+    // 2. The idempotency key.
+    if let Some(rec) = st.ports.ledger.get_key(ctx.principal(), key, now).await? {
+        if rec.fingerprint != ctx.fingerprint {
+            let e = ApiError::new(
+                Code::IdempotencyKeyReused,
+                "This idempotency key was already used for another plan or requester; use a new key for a new execute.",
+            )
+            .with_field("/idempotency_key", "already used for another plan or requester");
+            return Err(ctx.reject(e, None).await);
+        }
+        return match rec.state.clone() {
+            KeyState::Decided { decision } => match accepted(&decision) {
+                Some(a) => {
+                    let mut audit = ctx.audit(now, "duplicate");
+                    audit.action_id = Some(a.action_id.clone());
+                    audit.order_id = a.resource_refs.order_id.clone();
+                    audit.job_id = a.resource_refs.job_id.clone();
+                    st.ports.audit.append(&audit).await?;
+                    Ok(Some(ExecuteOutcome::Duplicate(Accepted {
+                        status: "duplicate",
+                        ..a
+                    })))
+                }
+                None => match decision {
+                    Decision::Rejected { code, message, details } => {
+                        Err(ctx.reject(replayed_rejection(&code, &message, &details), None).await)
+                    }
+                    Decision::Queued { .. } => unreachable!("handled above"),
+                },
+            },
+            KeyState::Claimed { lease_until, .. } if lease_until > now => {
+                let wait = ((lease_until - now) as u64).div_ceil(1000);
+                let e = ApiError::new(
+                    Code::IdempotencyKeyInFlight,
+                    format!("The first request with this idempotency key is still running; retry in {wait} s with the same key."),
+                )
+                .retry_after(wait);
+                Err(ctx.reject(e, None).await)
+            }
+            KeyState::Claimed { lease_owner, action_id, .. } => {
+                // The first attempt committed but never finished: resume at the enqueue.
+                resume(st, &rec, &lease_owner, &action_id, now).await
+            }
+        };
+    }
+
+    // 3. The confirmation token, locally (no signer call).
+    let claims = match st.confirmations.verify(&ctx.req.confirmation_token, now.div_euclid(1000)) {
+        Ok(c) => c,
+        Err(TokenFault::Expired(exp)) => {
+            let e = ApiError::new(
+                Code::TokenExpired,
+                format!(
+                    "The confirmation token expired at {}; ask for a new plan and confirm it again.",
+                    human_time(exp * 1000)
+                ),
+            );
+            return Err(ctx.reject(e, None).await);
+        }
+        Err(TokenFault::Invalid(why)) => {
+            let e = ApiError::new(
+                Code::TokenInvalid,
+                format!("The confirmation token is not valid: {why}. Use the token returned by the plan."),
+            );
+            return Err(ctx.reject(e, None).await);
+        }
+    };
+    let bound = [
+        (claims.plan_id == ctx.req.plan_id, "it was issued for another plan"),
+        (claims.requested_by == ctx.req.requested_by, "it was issued for another requester"),
+        (claims.sub == ctx.caller.service.sub, "it was issued to another service principal"),
+    ];
+    if let Some((_, why)) = bound.iter().find(|(ok, _)| !ok) {
+        let e = ApiError::new(
+            Code::TokenInvalid,
+            format!("The confirmation token is not valid: {why}. Use the token returned by this plan."),
+        );
+        return Err(ctx.reject(e, None).await);
+    }
+
+    // The plan, as this operator may see it.
+    let plan = match st.ports.plans.get_plan(&ctx.req.plan_id).await? {
+        Some(p) if ctx.caller.can_see_desk(&p.desk) && p.service_principal == ctx.caller.service.sub => p,
+        _ => {
+            let e = not_found(Code::PlanNotFound, "plan", &ctx.req.plan_id);
+            return Err(ctx.reject(e, None).await);
+        }
+    };
+    if claims.payload_hash != plan.payload_hash {
+        let e = ApiError::new(
+            Code::TokenInvalid,
+            "The confirmation token does not match the plan's payload; ask for a new plan.",
+        );
+        return Err(ctx.reject(e, Some(&plan)).await);
+    }
+
+    // 4. Decide, then commit atomically.
+    match decide(ctx, &plan, now).await? {
+        Verdict::Accept { rate } => accept(ctx, &plan, rate, now).await,
+        Verdict::Reject { error, close } => {
+            let commit = ExecuteCommit {
+                key: key_record(ctx, now, KeyState::Decided {
+                    decision: Decision::Rejected {
+                        code: error.code.as_str().into(),
+                        message: error.message.clone(),
+                        details: error.details.clone(),
+                    },
+                }),
+                key_condition: KeyCondition::Absent,
+                plan_change: close.then(|| {
+                    (plan.plan_id.clone(), PlanChange::Close { reason_code: error.code.as_str().into() })
+                }),
+                require_execute_allowed: None,
+                rate: None,
+                action: None,
+                audit: ctx.audit_rejection(now, &error, Some(&plan)),
+            };
+            match st.ports.ledger.commit(&commit, now).await? {
+                CommitOutcome::Committed => Err(error),
+                CommitOutcome::Conflict(_) => Ok(None),
+            }
+        }
+    }
+}
+
+enum Verdict {
+    Accept { rate: RateState },
+    /// `close`: the plan is closed (kill switch, rollout mode, policy re-check).
+    Reject { error: ApiError, close: bool },
+}
+
+fn reject(error: ApiError, close: bool) -> Result<Verdict, ApiError> {
+    Ok(Verdict::Reject { error, close })
+}
+
+async fn decide(ctx: &Ctx<'_>, plan: &PlanRecord, now: Millis) -> Result<Verdict, ApiError> {
+    let st = ctx.state;
+    match plan.status {
+        PlanStatus::Executed => {
+            return reject(
+                ApiError::new(
+                    Code::PlanAlreadyExecuted,
+                    format!(
+                        "This plan was already executed as action {}; check its status instead of executing again.",
+                        plan.action_id.as_deref().unwrap_or("?")
+                    ),
+                ),
+                false,
+            )
+        }
+        PlanStatus::Closed => {
+            return reject(
+                ApiError::new(
+                    Code::PlanNotExecutable,
+                    format!(
+                        "This plan was closed when an execute was rejected ({}); ask for a new plan.",
+                        plan.closed_reason.as_deref().unwrap_or("rejected")
+                    ),
+                ),
+                false,
+            )
+        }
+        PlanStatus::Planned => {}
+    }
+    if now >= plan.expires_at {
+        return reject(
+            ApiError::new(
+                Code::PlanExpired,
+                format!("The plan expired at {}; ask for a new plan.", human_time(plan.expires_at)),
+            ),
+            false,
+        );
+    }
+    if !plan.executable {
+        let failed: Vec<&str> = plan.risk_checks.iter().filter(|c| c.failed()).map(|c| c.name.as_str()).collect();
+        return reject(
+            ApiError::new(
+                Code::PlanNotExecutable,
+                format!("The plan failed risk checks ({}); fix the request and plan again.", failed.join(", ")),
+            ),
+            false,
+        );
+    }
+    let control = st.ports.control.get_control().await?;
+    if plan.action_type.is_order_submission() && !control.trade_execute_enabled {
+        return reject(
+            ApiError::new(
+                Code::KillSwitchEngaged,
+                "The kill switch is engaged: no orders can be submitted. This plan is now closed; plan again after the switch is released.",
+            ),
+            true,
+        );
+    }
+    if !control.allows_execute(plan.action_type) {
+        return reject(
+            ApiError::new(
+                Code::ActionDisabled,
+                format!(
+                    "{} is not enabled for execution (rollout mode {:?}). This plan is now closed.",
+                    plan.action_type,
+                    control.mode(plan.action_type)
+                ),
+            ),
+            true,
+        );
+    }
+    if plan.action_type == ActionType::OrderSubmitCl {
+        let failed = recheck_order(st, plan).await?;
+        if !failed.is_empty() {
+            let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
+            let first = &failed[0].reason;
+            let error = ApiError::new(
+                Code::PolicyViolation,
+                format!(
+                    "A pre-trade check failed at execute ({}): {first}. This plan is now closed; plan again when it can pass.",
+                    names.join(", ")
+                ),
+            )
+            .with_details(
+                failed
+                    .iter()
+                    .map(|c| crate::error::FieldError::new(format!("risk_checks/{}", c.name), c.reason.clone()))
+                    .collect(),
+            );
+            return reject(error, true);
+        }
+    }
+    // Rate limit: not a decision, so nothing is recorded and the key can be retried.
+    let mut rate = st.ports.ledger.get_rate(&ctx.caller.operator.sub).await?;
+    rate.operator_id = ctx.caller.operator.sub.clone();
+    rate.recent.retain(|t| *t > now - 60_000);
+    let limit = st.config.execute_rate_per_minute as usize;
+    if rate.recent.len() >= limit {
+        let oldest = rate.recent.iter().min().copied().unwrap_or(now);
+        let wait = ((oldest + 60_000 - now).max(1000) as u64).div_ceil(1000);
+        let e = ApiError::new(
+            Code::RateLimited,
+            format!("Operator {} reached {limit} executes per minute; retry in {wait} s with the same idempotency key.", ctx.caller.operator.sub),
+        )
+        .retry_after(wait);
+        return Err(ctx.reject(e, Some(plan)).await);
+    }
+    Ok(Verdict::Accept { rate })
+}
+
+/// Re-runs the time-sensitive and size checks against current positions; the failures.
+async fn recheck_order(st: &AppState, plan: &PlanRecord) -> Result<Vec<RiskCheck>, ApiError> {
+    let normalized: NormalizedOrder = serde_json::from_value(plan.normalized_payload.clone())
+        .map_err(|e| ApiError::internal(format!("stored plan payload: {e}")))?;
+    let order = normalized.as_request().map_err(ApiError::internal)?;
+    let account = st
+        .ports
+        .accounts
+        .get_account(&normalized.account_id)
+        .await?
+        .ok_or_else(|| ApiError::internal("plan account vanished"))?;
+    let contract = ClContract::parse(&normalized.symbol).ok();
+    let position = order_inputs_position(st, &account.account_id, contract).await?;
+    let inputs = OrderInputs {
+        policy: &st.policy,
+        calendar: ExchangeCalendar::cme(),
+        now: st.clock.now(),
+        account: &account,
+        order: &order,
+        contract,
+        position,
+    };
+    Ok(policy::recheck_order_at_execute(&inputs)
+        .into_iter()
+        .filter(RiskCheck::failed)
+        .collect())
+}
+
+fn key_record(ctx: &Ctx<'_>, now: Millis, state: KeyState) -> KeyRecord {
+    KeyRecord {
+        principal: ctx.principal().to_string(),
+        key: ctx.req.idempotency_key.as_str().to_string(),
+        fingerprint: ctx.fingerprint.clone(),
+        plan_id: ctx.req.plan_id.clone(),
+        requested_by: ctx.req.requested_by.clone(),
+        state,
+        created_at: now,
+        expires_at: now + REPLAY_WINDOW_MS,
+    }
+}
+
+async fn accept(
+    ctx: &Ctx<'_>,
+    plan: &PlanRecord,
+    mut rate: RateState,
+    now: Millis,
+) -> Result<Option<ExecuteOutcome>, ApiError> {
+    let st = ctx.state;
+    let action_id = new_id("act", now);
+    let refs = match plan.action_type.queue_target() {
+        QueueTarget::Orders => ResourceRefs {
+            order_id: Some(match plan.action_type {
+                // A cancel acts on an existing order.
+                ActionType::OrderCancel => plan.normalized_payload["order_id"].as_str().unwrap_or_default().to_string(),
+                _ => new_id("ord", now),
+            }),
+            job_id: None,
+        },
+        QueueTarget::Jobs => ResourceRefs {
+            order_id: None,
+            job_id: Some(new_id("job", now)),
+        },
+    };
+    let message = QueueMessage {
+        schema: QUEUE_MESSAGE_SCHEMA.into(),
+        action_id: action_id.clone(),
+        plan_id: plan.plan_id.clone(),
+        action_type: plan.action_type,
+        normalized_payload: plan.normalized_payload.clone(),
+        resource_refs: refs.clone(),
+        requested_by: plan.requested_by.clone(),
+        service_principal: plan.service_principal.clone(),
+        enqueued_at: rfc3339(now),
+        trace: Trace {
+            request_id: ctx.facts.request_id.to_string(),
+            chat_session_id: ctx.facts.chat.chat_session_id.clone(),
+            tool_call_id: ctx.facts.chat.tool_call_id.clone(),
+        },
+    };
+    let action = ActionRecord {
+        action_id: action_id.clone(),
+        plan_id: plan.plan_id.clone(),
+        action_type: plan.action_type,
+        status: ActionStatus::Queued,
+        queue_target: plan.action_type.queue_target(),
+        resource_refs: refs.clone(),
+        account_id: plan.account_id.clone(),
+        desk: plan.desk.clone(),
+        requested_by: plan.requested_by.clone(),
+        service_principal: plan.service_principal.clone(),
+        idempotency_key: ctx.req.idempotency_key.as_str().to_string(),
+        message,
+        enqueued_at: None,
+        created_at: now,
+        updated_at: now,
+        error: None,
+    };
+    let lease_owner = new_id("lease", now);
+    let expected_version = rate.version;
+    rate.recent.push(now);
+    let mut audit = ctx.audit(now, "queued");
+    audit.action_type = Some(plan.action_type);
+    audit.action_id = Some(action_id.clone());
+    audit.payload_hash = Some(plan.payload_hash.clone());
+    audit.risk_checks = plan.risk_checks.clone();
+    audit.policy_version = Some(plan.policy_version.clone());
+    audit.order_id = refs.order_id.clone();
+    audit.job_id = refs.job_id.clone();
+    let key = key_record(ctx, now, KeyState::Claimed {
+        lease_owner: lease_owner.clone(),
+        lease_until: now + st.config.execute_lease_ms,
+        action_id: action_id.clone(),
+    });
+    let commit = ExecuteCommit {
+        key: key.clone(),
+        key_condition: KeyCondition::Absent,
+        plan_change: Some((plan.plan_id.clone(), PlanChange::Execute { action_id: action_id.clone() })),
+        require_execute_allowed: Some(plan.action_type),
+        rate: Some((expected_version, rate)),
+        action: Some(action.clone()),
+        audit,
+    };
+    match st.ports.ledger.commit(&commit, now).await? {
+        CommitOutcome::Conflict(_) => return Ok(None),
+        CommitOutcome::Committed => {}
+    }
+    if crate::failpoint::hit("execute.after_commit") {
+        // Simulates a crash between the atomic step and the enqueue.
+        tracing::error!(action_id = %action_id, "failpoint execute.after_commit: aborting");
+        std::process::abort();
+    }
+    send_and_finish(st, &key, &lease_owner, &action, now).await?;
+    Ok(Some(ExecuteOutcome::Queued(Accepted {
+        action_id,
+        status: "queued",
+        queue_target: action.queue_target,
+        resource_refs: refs,
+        plan_id: plan.plan_id.clone(),
+    })))
+}
+
+/// Steps 5 and 6: send the stored message, then mark the key decided while holding the
+/// lease. A send error leaves the key claimed: a retry or the sweeper finishes it.
+pub(crate) async fn send_and_finish(
+    st: &AppState,
+    key: &KeyRecord,
+    lease_owner: &str,
+    action: &ActionRecord,
+    now: Millis,
+) -> Result<bool, ApiError> {
+    st.ports
+        .queue
+        .send(&action.message, &action.account_id, &action.action_id)
+        .await
+        .map_err(|e| {
+            ApiError::unavailable(format!("enqueue {}: {e}", action.action_id)).with_field(
+                "/idempotency_key",
+                "the action was accepted but not yet queued; retry with the same key",
+            )
+        })?;
+    Ok(st
+        .ports
+        .ledger
+        .mark_sent(key, lease_owner, &action.action_id, now)
+        .await?)
+}
+
+/// A key claimed by an attempt that never finished: take its lease and send.
+async fn resume(
+    st: &AppState,
+    rec: &KeyRecord,
+    old_owner: &str,
+    action_id: &str,
+    now: Millis,
+) -> Result<Option<ExecuteOutcome>, ApiError> {
+    let new_owner = new_id("lease", now);
+    let taken = st
+        .ports
+        .ledger
+        .take_over(&rec.principal, &rec.key, old_owner, &new_owner, now + st.config.execute_lease_ms)
+        .await?;
+    if !taken {
+        return Ok(None);
+    }
+    let action = st
+        .ports
+        .actions
+        .get_action(action_id)
+        .await?
+        .ok_or_else(|| ApiError::internal(format!("claimed action {action_id} has no record")))?;
+    send_and_finish(st, rec, &new_owner, &action, now).await?;
+    let mut audit = AuditRecord {
+        audit_id: new_id("aud", now),
+        at: now,
+        event: "execute".into(),
+        decision: "resent".into(),
+        reason_code: None,
+        reason: Some("a retry with the same idempotency key finished an interrupted execute".into()),
+        action_type: Some(action.action_type),
+        plan_id: Some(action.plan_id.clone()),
+        action_id: Some(action.action_id.clone()),
+        idempotency_key: Some(rec.key.clone()),
+        operator_id: action.requested_by.clone(),
+        service_principal: action.service_principal.clone(),
+        payload_hash: None,
+        risk_checks: Vec::new(),
+        order_id: action.resource_refs.order_id.clone(),
+        job_id: action.resource_refs.job_id.clone(),
+        chat_session_id: action.message.trace.chat_session_id.clone(),
+        tool_call_id: action.message.trace.tool_call_id.clone(),
+        request_id: crate::http::observe::current_request_id(),
+        policy_version: None,
+    };
+    audit.reason_code = None;
+    st.ports.audit.append(&audit).await?;
+    Ok(Some(ExecuteOutcome::Queued(Accepted {
+        action_id: action.action_id.clone(),
+        status: "queued",
+        queue_target: action.queue_target,
+        resource_refs: action.resource_refs.clone(),
+        plan_id: action.plan_id.clone(),
+    })))
+}

@@ -1,0 +1,344 @@
+//! `POST /actions/plan`: parse the typed payload, run the risk checks, persist the plan
+//! with its expiry and an audit record, and sign a confirmation token when executable.
+
+use serde::{Deserialize, Serialize};
+
+use super::{payload_hash, ChatContext};
+use crate::app::AppState;
+use crate::auth::{Caller, Permission};
+use crate::domain::calendar::ExchangeCalendar;
+use crate::domain::cl::ClContract;
+use crate::domain::{
+    new_id, rfc3339, Account, ActionType, OrderCancel, OrderSubmitCl, OrderType, PositionsSync,
+    Price, Side, TimeInForce,
+};
+use crate::error::{ApiError, Code};
+use crate::http::extract::from_value;
+use crate::policy::{self, CancelInputs, OrderInputs};
+use crate::protocol::reads::visible_account;
+use crate::records::{AuditRecord, PlanRecord, PlanStatus, RiskCheck};
+use crate::token::{self, ConfirmationClaims, CONFIRMATION_ISSUER};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRequest {
+    pub action_type: ActionType,
+    pub payload: serde_json::Value,
+    pub requested_by: String,
+    #[serde(default)]
+    pub chat_context: Option<ChatContext>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PlanResponse {
+    pub plan_id: String,
+    pub action_type: ActionType,
+    pub normalized_payload: serde_json::Value,
+    pub risk_checks: Vec<RiskCheck>,
+    pub preview: String,
+    pub executable: bool,
+    pub requires_confirmation: bool,
+    pub confirmation_token: Option<String>,
+    pub expires_at: String,
+    pub queue_target: crate::domain::QueueTarget,
+    pub policy_version: String,
+}
+
+/// The normalized `order.submit.cl` payload: what execute, the queue message and the
+/// workers see. `symbol` is canonical (`CLF27`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NormalizedOrder {
+    pub account_id: String,
+    pub symbol: String,
+    pub contract_month: Option<String>,
+    pub last_trade_date: Option<String>,
+    pub side: Side,
+    pub quantity: u32,
+    pub order_type: OrderType,
+    pub limit_price: Option<Price>,
+    pub stop_price: Option<Price>,
+    pub time_in_force: TimeInForce,
+}
+
+impl NormalizedOrder {
+    pub fn as_request(&self) -> Result<OrderSubmitCl, String> {
+        Ok(OrderSubmitCl {
+            account_id: crate::domain::Ident::parse(&self.account_id)?,
+            symbol: self.symbol.clone(),
+            side: self.side,
+            quantity: crate::domain::Quantity::new(self.quantity as i64)?,
+            order_type: self.order_type,
+            limit_price: self.limit_price,
+            stop_price: self.stop_price,
+            time_in_force: self.time_in_force,
+        })
+    }
+}
+
+/// What an evaluated action amounts to, before it is stored.
+struct Evaluated {
+    account: Account,
+    normalized: serde_json::Value,
+    checks: Vec<RiskCheck>,
+    preview: String,
+}
+
+fn tif_words(t: TimeInForce) -> &'static str {
+    match t {
+        TimeInForce::Day => "day order",
+        TimeInForce::Gtc => "good till cancelled",
+        TimeInForce::Ioc => "immediate or cancel",
+        TimeInForce::Fok => "fill or kill",
+    }
+}
+
+/// "Buy 2 CLF27 at market on ACC-1, day order."
+pub fn order_preview(o: &NormalizedOrder) -> String {
+    let verb = match o.side {
+        Side::Buy => "Buy",
+        Side::Sell => "Sell",
+    };
+    let how = match (o.order_type, o.limit_price, o.stop_price) {
+        (OrderType::Market, _, _) => "at market".to_string(),
+        (OrderType::Limit, Some(l), _) => format!("limit {l}"),
+        (OrderType::Stop, _, Some(s)) => format!("stop {s}"),
+        (OrderType::StopLimit, Some(l), Some(s)) => format!("stop {s} limit {l}"),
+        (t, _, _) => format!("as a {t} order (price missing)"),
+    };
+    format!(
+        "{verb} {} {} {how} on {}, {}.",
+        o.quantity,
+        o.symbol,
+        o.account_id,
+        tif_words(o.time_in_force)
+    )
+}
+
+/// Shared by plan and execute: the inputs of the `order.submit.cl` checks.
+pub async fn order_inputs_position(
+    state: &AppState,
+    account_id: &str,
+    contract: Option<ClContract>,
+) -> Result<i64, ApiError> {
+    Ok(match contract {
+        Some(c) => state
+            .ports
+            .positions
+            .get_position(account_id, &c.symbol())
+            .await?
+            .map(|p| p.quantity)
+            .unwrap_or(0),
+        None => 0,
+    })
+}
+
+async fn evaluate_order(
+    state: &AppState,
+    caller: &Caller,
+    o: OrderSubmitCl,
+    control: &crate::records::Control,
+) -> Result<Evaluated, ApiError> {
+    let account = visible_account(state, caller, o.account_id.as_str()).await?;
+    let cal = ExchangeCalendar::cme();
+    let contract = ClContract::parse(&o.symbol).ok();
+    let position = order_inputs_position(state, &account.account_id, contract).await?;
+    let inputs = OrderInputs {
+        policy: &state.policy,
+        calendar: cal,
+        now: state.clock.now(),
+        account: &account,
+        order: &o,
+        contract,
+        position,
+    };
+    let checks = policy::check_order_submit(&inputs, control);
+    let normalized = NormalizedOrder {
+        account_id: account.account_id.clone(),
+        symbol: contract
+            .map(|c| c.symbol())
+            .unwrap_or_else(|| o.symbol.trim().to_ascii_uppercase()),
+        contract_month: contract.map(|c| c.contract_month()),
+        last_trade_date: contract.map(|c| c.last_trade_date(cal).to_string()),
+        side: o.side,
+        quantity: o.quantity.get(),
+        order_type: o.order_type,
+        limit_price: o.limit_price,
+        stop_price: o.stop_price,
+        time_in_force: o.time_in_force,
+    };
+    Ok(Evaluated {
+        preview: order_preview(&normalized),
+        normalized: serde_json::to_value(&normalized).map_err(|e| ApiError::internal(e.to_string()))?,
+        account,
+        checks,
+    })
+}
+
+async fn evaluate_cancel(
+    state: &AppState,
+    caller: &Caller,
+    c: OrderCancel,
+    control: &crate::records::Control,
+) -> Result<Evaluated, ApiError> {
+    let account = visible_account(state, caller, c.account_id.as_str()).await?;
+    let order = state.ports.orders.get_order(c.order_id.as_str()).await?;
+    let checks = policy::check_order_cancel(
+        &CancelInputs {
+            policy: &state.policy,
+            account: &account,
+            order: order.as_ref(),
+            order_id: c.order_id.as_str(),
+        },
+        control,
+    );
+    let detail = match &order {
+        Some(o) if o.account_id == account.account_id => format!(
+            " ({} {} {} {}, {})",
+            o.side, o.quantity, o.symbol, o.order_type, o.status
+        ),
+        _ => String::new(),
+    };
+    Ok(Evaluated {
+        preview: format!("Cancel order {}{detail} on {}.", c.order_id, account.account_id),
+        normalized: serde_json::json!({ "account_id": account.account_id, "order_id": c.order_id }),
+        account,
+        checks,
+    })
+}
+
+async fn evaluate_sync(
+    state: &AppState,
+    caller: &Caller,
+    s: PositionsSync,
+    control: &crate::records::Control,
+) -> Result<Evaluated, ApiError> {
+    let account = visible_account(state, caller, s.account_id.as_str()).await?;
+    let checks = policy::check_positions_sync(&state.policy, &account, control);
+    Ok(Evaluated {
+        preview: format!(
+            "Rebuild the positions of {} from the broker's view and record what changed.",
+            account.account_id
+        ),
+        normalized: serde_json::json!({ "account_id": account.account_id }),
+        account,
+        checks,
+    })
+}
+
+pub async fn plan(
+    state: &AppState,
+    caller: &Caller,
+    req: PlanRequest,
+    request_id: &str,
+) -> Result<PlanResponse, ApiError> {
+    caller.require(Permission::Plan)?;
+    super::parse_requested_by(&req.requested_by)?;
+    caller.check_requested_by(&req.requested_by)?;
+    let chat = req.chat_context.unwrap_or_default();
+    chat.validate("/chat_context")?;
+    let control = state.ports.control.get_control().await?;
+    let eval = match req.action_type {
+        ActionType::OrderSubmitCl => {
+            let o: OrderSubmitCl = from_value(req.payload, "/payload")?;
+            evaluate_order(state, caller, o, &control).await?
+        }
+        ActionType::OrderCancel => {
+            let c: OrderCancel = from_value(req.payload, "/payload")?;
+            evaluate_cancel(state, caller, c, &control).await?
+        }
+        ActionType::PositionsSync => {
+            let s: PositionsSync = from_value(req.payload, "/payload")?;
+            evaluate_sync(state, caller, s, &control).await?
+        }
+    };
+
+    let now = state.clock.now_ms();
+    let ttl_ms = state.config.confirmation_ttl_s as i64 * 1000;
+    let expires_at = now + ttl_ms;
+    let plan_id = new_id("pln", now);
+    let hash = payload_hash(&eval.normalized);
+    let executable = !eval.checks.iter().any(RiskCheck::failed);
+    let policy_version = state.policy.full_version(ExchangeCalendar::cme());
+    let confirmation_token = if executable {
+        let claims = ConfirmationClaims {
+            iss: CONFIRMATION_ISSUER.into(),
+            aud: state.confirmations.audience().to_string(),
+            sub: caller.service.sub.clone(),
+            plan_id: plan_id.clone(),
+            payload_hash: hash.clone(),
+            requested_by: req.requested_by.clone(),
+            iat: now.div_euclid(1000),
+            exp: expires_at.div_euclid(1000),
+            jti: new_id("cft", now),
+        };
+        Some(token::sign(state.ports.signer.as_ref(), &claims).await?)
+    } else {
+        None
+    };
+
+    let record = PlanRecord {
+        plan_id: plan_id.clone(),
+        action_type: req.action_type,
+        account_id: eval.account.account_id.clone(),
+        desk: eval.account.desk.clone(),
+        requested_by: req.requested_by.clone(),
+        service_principal: caller.service.sub.clone(),
+        normalized_payload: eval.normalized.clone(),
+        payload_hash: hash.clone(),
+        risk_checks: eval.checks.clone(),
+        executable,
+        preview: eval.preview.clone(),
+        queue_target: req.action_type.queue_target(),
+        policy_version: policy_version.clone(),
+        status: PlanStatus::Planned,
+        closed_reason: None,
+        action_id: None,
+        created_at: now,
+        expires_at,
+        chat_context: serde_json::to_value(&chat).unwrap_or_default(),
+        request_id: request_id.to_string(),
+    };
+    let failed: Vec<&str> = eval
+        .checks
+        .iter()
+        .filter(|c| c.failed())
+        .map(|c| c.name.as_str())
+        .collect();
+    let audit = AuditRecord {
+        audit_id: new_id("aud", now),
+        at: now,
+        event: "plan".into(),
+        decision: "planned".into(),
+        reason_code: (!executable).then(|| Code::PlanNotExecutable.as_str().to_string()),
+        reason: (!executable).then(|| format!("failed checks: {}", failed.join(", "))),
+        action_type: Some(req.action_type),
+        plan_id: Some(plan_id.clone()),
+        action_id: None,
+        idempotency_key: None,
+        operator_id: caller.operator.sub.clone(),
+        service_principal: caller.service.sub.clone(),
+        payload_hash: Some(hash),
+        risk_checks: eval.checks.clone(),
+        order_id: None,
+        job_id: None,
+        chat_session_id: chat.chat_session_id.clone(),
+        tool_call_id: chat.tool_call_id.clone(),
+        request_id: request_id.to_string(),
+        policy_version: Some(policy_version.clone()),
+    };
+    state.ports.plans.put_plan(&record, &audit).await?;
+
+    Ok(PlanResponse {
+        plan_id,
+        action_type: req.action_type,
+        normalized_payload: eval.normalized,
+        risk_checks: eval.checks,
+        preview: eval.preview,
+        executable,
+        requires_confirmation: true,
+        confirmation_token,
+        expires_at: rfc3339(expires_at),
+        queue_target: req.action_type.queue_target(),
+        policy_version,
+    })
+}

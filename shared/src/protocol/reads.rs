@@ -1,0 +1,177 @@
+//! Read use cases: desk-filtered listings with tamper-proof cursors, and action status.
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::app::AppState;
+use crate::auth::{Caller, Permission};
+use crate::domain::{Account, Job, Order, Position};
+use crate::error::{ApiError, Code};
+use crate::ports::{JobFilter, OrderFilter, Page, TimeKey};
+use crate::records::ActionRecord;
+
+/// A page request as parsed from the query: the limit and the raw cursor.
+pub struct PageRequest {
+    pub limit: u32,
+    pub cursor: Option<String>,
+}
+
+/// One page of rows and the cursor of the next page, if any.
+pub struct Listing<T> {
+    pub rows: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// The cursor scope: the endpoint, its filters, and the caller (service, operator, desks).
+fn scope(caller: &Caller, endpoint: &str, filters: &[Option<&str>]) -> String {
+    let f: Vec<&str> = filters.iter().map(|x| x.unwrap_or("")).collect();
+    format!(
+        "{endpoint}|{}|{}|{}|{}",
+        f.join("\u{1f}"),
+        caller.service.sub,
+        caller.operator.sub,
+        caller.operator.desks.fingerprint()
+    )
+}
+
+async fn paged<T, K, F, Fut>(
+    state: &AppState,
+    scope: &str,
+    req: &PageRequest,
+    key_of: impl Fn(&T) -> K,
+    fetch: F,
+) -> Result<Listing<T>, ApiError>
+where
+    K: Serialize + DeserializeOwned,
+    F: FnOnce(Page<K>) -> Fut,
+    Fut: std::future::Future<Output = crate::error::StoreResult<Vec<T>>>,
+{
+    let after = match &req.cursor {
+        None => None,
+        Some(c) => Some(state.cursors.decode::<K>(scope, c)?),
+    };
+    let mut rows = fetch(Page {
+        after,
+        limit: req.limit + 1,
+    })
+    .await?;
+    let next_cursor = if rows.len() > req.limit as usize {
+        rows.truncate(req.limit as usize);
+        rows.last().map(|r| state.cursors.encode(scope, &key_of(r)))
+    } else {
+        None
+    };
+    Ok(Listing { rows, next_cursor })
+}
+
+pub async fn accounts(
+    state: &AppState,
+    caller: &Caller,
+    page: &PageRequest,
+) -> Result<Listing<Account>, ApiError> {
+    caller.require(Permission::Read)?;
+    let s = scope(caller, "accounts", &[]);
+    let desks = &caller.operator.desks;
+    paged(state, &s, page, |a: &Account| a.account_id.clone(), |p| async move {
+        state.ports.accounts.list_accounts(desks, &p).await
+    })
+    .await
+}
+
+/// The account if it exists and the caller may see it; otherwise 404, the same either way.
+pub async fn visible_account(
+    state: &AppState,
+    caller: &Caller,
+    account_id: &str,
+) -> Result<Account, ApiError> {
+    match state.ports.accounts.get_account(account_id).await? {
+        Some(a) if caller.can_see_desk(&a.desk) => Ok(a),
+        _ => Err(super::not_found(Code::AccountNotFound, "account", account_id)
+            .with_field("account_id", "no such account visible to this operator")),
+    }
+}
+
+pub async fn positions(
+    state: &AppState,
+    caller: &Caller,
+    account_id: Option<&str>,
+    page: &PageRequest,
+) -> Result<Listing<Position>, ApiError> {
+    caller.require(Permission::Read)?;
+    if let Some(id) = account_id {
+        visible_account(state, caller, id).await?;
+    }
+    let s = scope(caller, "positions", &[account_id]);
+    let desks = &caller.operator.desks;
+    paged(
+        state,
+        &s,
+        page,
+        |p: &Position| (p.account_id.clone(), p.symbol.clone()),
+        |p| async move { state.ports.positions.list_positions(desks, account_id, &p).await },
+    )
+    .await
+}
+
+pub async fn orders(
+    state: &AppState,
+    caller: &Caller,
+    filter: OrderFilter,
+    page: &PageRequest,
+) -> Result<Listing<Order>, ApiError> {
+    caller.require(Permission::Read)?;
+    if let Some(id) = &filter.account_id {
+        visible_account(state, caller, id).await?;
+    }
+    let s = scope(
+        caller,
+        "orders",
+        &[filter.account_id.as_deref(), filter.status.map(|x| x.as_str())],
+    );
+    let desks = &caller.operator.desks;
+    let filter = &filter;
+    paged(
+        state,
+        &s,
+        page,
+        |o: &Order| -> TimeKey { (o.created_at, o.order_id.clone()) },
+        |p| async move { state.ports.orders.list_orders(desks, filter, &p).await },
+    )
+    .await
+}
+
+pub async fn jobs(
+    state: &AppState,
+    caller: &Caller,
+    filter: JobFilter,
+    page: &PageRequest,
+) -> Result<Listing<Job>, ApiError> {
+    caller.require(Permission::Read)?;
+    let s = scope(
+        caller,
+        "jobs",
+        &[filter.kind.map(|x| x.as_str()), filter.status.map(|x| x.as_str())],
+    );
+    let desks = &caller.operator.desks;
+    let filter = &filter;
+    paged(
+        state,
+        &s,
+        page,
+        |j: &Job| -> TimeKey { (j.created_at, j.job_id.clone()) },
+        |p| async move { state.ports.jobs.list_jobs(desks, filter, &p).await },
+    )
+    .await
+}
+
+/// An action the caller may see (its account's desk), else 404 `action_not_found`.
+pub async fn action(
+    state: &AppState,
+    caller: &Caller,
+    action_id: &str,
+) -> Result<ActionRecord, ApiError> {
+    caller.require(Permission::Read)?;
+    match state.ports.actions.get_action(action_id).await? {
+        Some(a) if caller.can_see_desk(&a.desk) => Ok(a),
+        _ => Err(super::not_found(Code::ActionNotFound, "action", action_id)),
+    }
+}

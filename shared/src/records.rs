@@ -1,0 +1,285 @@
+//! What the ports store: plans, idempotency records, actions, audit records, the control
+//! record, rate-limit state and queue messages. Both backends store exactly these.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{ActionStatus, ActionType, Millis, QueueTarget};
+use crate::error::FieldError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// One named pre-trade check and its outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RiskCheck {
+    pub name: String,
+    pub status: CheckStatus,
+    pub reason: String,
+}
+
+impl RiskCheck {
+    pub fn pass(name: &str, reason: impl Into<String>) -> Self {
+        RiskCheck {
+            name: name.into(),
+            status: CheckStatus::Pass,
+            reason: reason.into(),
+        }
+    }
+    pub fn warn(name: &str, reason: impl Into<String>) -> Self {
+        RiskCheck {
+            name: name.into(),
+            status: CheckStatus::Warn,
+            reason: reason.into(),
+        }
+    }
+    pub fn fail(name: &str, reason: impl Into<String>) -> Self {
+        RiskCheck {
+            name: name.into(),
+            status: CheckStatus::Fail,
+            reason: reason.into(),
+        }
+    }
+    pub fn failed(&self) -> bool {
+        self.status == CheckStatus::Fail
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    /// Waiting for execute.
+    Planned,
+    /// Consumed by an execute; `action_id` is set.
+    Executed,
+    /// Closed by a rejection at execute (kill switch, rollout mode, policy re-check).
+    Closed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    pub plan_id: String,
+    pub action_type: ActionType,
+    pub account_id: String,
+    pub desk: String,
+    pub requested_by: String,
+    pub service_principal: String,
+    pub normalized_payload: serde_json::Value,
+    pub payload_hash: String,
+    pub risk_checks: Vec<RiskCheck>,
+    pub executable: bool,
+    pub preview: String,
+    pub queue_target: QueueTarget,
+    pub policy_version: String,
+    pub status: PlanStatus,
+    pub closed_reason: Option<String>,
+    pub action_id: Option<String>,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+    pub chat_context: serde_json::Value,
+    pub request_id: String,
+}
+
+/// What an execute points at: the order or job the worker will create.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceRefs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+/// The decision an idempotency key replays.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Decision {
+    Queued {
+        action_id: String,
+        plan_id: String,
+        queue_target: QueueTarget,
+        resource_refs: ResourceRefs,
+    },
+    Rejected {
+        code: String,
+        message: String,
+        #[serde(default)]
+        details: Vec<FieldError>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum KeyState {
+    /// An execute holds the key; `action_id` is accepted but maybe not yet sent.
+    Claimed {
+        lease_owner: String,
+        lease_until: Millis,
+        action_id: String,
+    },
+    Decided { decision: Decision },
+}
+
+/// An idempotency key, scoped to the service principal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub principal: String,
+    pub key: String,
+    /// SHA-256 of plan id, requester and service principal: a key reused with another
+    /// plan or requester is 422.
+    pub fingerprint: String,
+    pub plan_id: String,
+    pub requested_by: String,
+    pub state: KeyState,
+    pub created_at: Millis,
+    /// After this the record counts as absent (24 h after the decision).
+    pub expires_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    pub action_id: String,
+    pub plan_id: String,
+    pub action_type: ActionType,
+    pub status: ActionStatus,
+    pub queue_target: QueueTarget,
+    pub resource_refs: ResourceRefs,
+    pub account_id: String,
+    pub desk: String,
+    pub requested_by: String,
+    pub service_principal: String,
+    pub idempotency_key: String,
+    /// The queue message, kept so a retry or the sweeper resends the very same body.
+    pub message: QueueMessage,
+    /// When the message was sent; `None` until then (the sweeper looks for these).
+    pub enqueued_at: Option<Millis>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Trace {
+    pub request_id: String,
+    pub chat_session_id: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
+/// The public, versioned queue message (`schema: airlock.action.v1`); see
+/// `docs/queue-message.schema.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueMessage {
+    pub schema: String,
+    pub action_id: String,
+    pub plan_id: String,
+    pub action_type: ActionType,
+    pub normalized_payload: serde_json::Value,
+    pub resource_refs: ResourceRefs,
+    pub requested_by: String,
+    pub service_principal: String,
+    pub enqueued_at: String,
+    pub trace: Trace,
+}
+
+pub const QUEUE_MESSAGE_SCHEMA: &str = "airlock.action.v1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutMode {
+    Disabled,
+    PlanOnly,
+    Execute,
+}
+
+impl std::str::FromStr for RolloutMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "disabled" => Ok(RolloutMode::Disabled),
+            "plan_only" => Ok(RolloutMode::PlanOnly),
+            "execute" => Ok(RolloutMode::Execute),
+            _ => Err("expected disabled, plan_only or execute".into()),
+        }
+    }
+}
+
+/// The global control record: the kill switch and per-action rollout modes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Control {
+    pub trade_execute_enabled: bool,
+    pub rollout: BTreeMap<String, RolloutMode>,
+    pub updated_at: Millis,
+    pub updated_by: String,
+    pub reason: Option<String>,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control {
+            trade_execute_enabled: true,
+            rollout: ActionType::ALL
+                .iter()
+                .map(|a| (a.as_str().to_string(), RolloutMode::Execute))
+                .collect(),
+            updated_at: 0,
+            updated_by: "default".into(),
+            reason: None,
+        }
+    }
+}
+
+impl Control {
+    /// Unlisted action types are disabled: a new action never runs by accident.
+    pub fn mode(&self, a: ActionType) -> RolloutMode {
+        self.rollout
+            .get(a.as_str())
+            .copied()
+            .unwrap_or(RolloutMode::Disabled)
+    }
+
+    /// Whether an execute of `a` may go through now.
+    pub fn allows_execute(&self, a: ActionType) -> bool {
+        (self.trade_execute_enabled || !a.is_order_submission())
+            && self.mode(a) == RolloutMode::Execute
+    }
+}
+
+/// Decided executes of one operator in the last rolling minute, with a version for
+/// optimistic concurrency.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RateState {
+    pub operator_id: String,
+    pub recent: Vec<Millis>,
+    pub version: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub audit_id: String,
+    pub at: Millis,
+    /// `plan` or `execute`.
+    pub event: String,
+    /// `planned`, `queued`, `duplicate`, `rejected`, `resent`.
+    pub decision: String,
+    pub reason_code: Option<String>,
+    pub reason: Option<String>,
+    pub action_type: Option<ActionType>,
+    pub plan_id: Option<String>,
+    pub action_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub operator_id: String,
+    pub service_principal: String,
+    pub payload_hash: Option<String>,
+    pub risk_checks: Vec<RiskCheck>,
+    pub order_id: Option<String>,
+    pub job_id: Option<String>,
+    pub chat_session_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub request_id: String,
+    pub policy_version: Option<String>,
+}

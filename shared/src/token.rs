@@ -1,0 +1,64 @@
+//! Confirmation tokens: compact JWS, ES256, bound to a plan, its payload hash, the
+//! requester, the service principal and the execute audience. Signed through the
+//! [`Signer`] port (a local key or KMS); verified locally with the cached public key, so
+//! the execute path never calls the signer.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::{verify_jwt, IssuerKeys, TokenFault};
+use crate::error::StoreResult;
+use crate::ports::Signer;
+
+pub const CONFIRMATION_ISSUER: &str = "airlock";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmationClaims {
+    pub iss: String,
+    pub aud: String,
+    /// The service principal the plan was made for.
+    pub sub: String,
+    pub plan_id: String,
+    pub payload_hash: String,
+    pub requested_by: String,
+    pub iat: i64,
+    pub exp: i64,
+    pub jti: String,
+}
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// Signs `claims` as a compact JWS with the signer's key.
+pub async fn sign(signer: &dyn Signer, claims: &ConfirmationClaims) -> StoreResult<String> {
+    let header = serde_json::json!({ "alg": "ES256", "typ": "JWT", "kid": signer.key_id() });
+    let input = format!(
+        "{}.{}",
+        B64.encode(header.to_string()),
+        B64.encode(serde_json::to_vec(claims).expect("claims serialize"))
+    );
+    let sig = signer.sign(input.as_bytes()).await?;
+    Ok(format!("{input}.{}", B64.encode(sig)))
+}
+
+/// Verifies confirmation tokens with the signer's public key, fetched once.
+pub struct ConfirmationVerifier {
+    keys: IssuerKeys,
+}
+
+impl ConfirmationVerifier {
+    pub fn new(audience: &str, kid: &str, public: &p256::PublicKey) -> Self {
+        ConfirmationVerifier {
+            keys: IssuerKeys::new(CONFIRMATION_ISSUER, audience).with_es256(kid, public),
+        }
+    }
+
+    pub fn audience(&self) -> &str {
+        &self.keys.audience
+    }
+
+    /// Signature, algorithm (ES256 only), key id, issuer, audience and expiry (no skew:
+    /// Airlock issued it on its own clock).
+    pub fn verify(&self, token: &str, now_s: i64) -> Result<ConfirmationClaims, TokenFault> {
+        verify_jwt(token, &self.keys, now_s, 0)
+    }
+}
