@@ -90,7 +90,9 @@ impl Config {
     pub fn from_env() -> Result<Config, ConfigError> {
         let d = Config::default();
         Ok(Config {
-            state_dir: var("AIRLOCK_STATE_DIR").map(PathBuf::from).unwrap_or(d.state_dir),
+            state_dir: var("AIRLOCK_STATE_DIR")
+                .map(PathBuf::from)
+                .unwrap_or(d.state_dir),
             service_issuer: var("AIRLOCK_SERVICE_ISSUER").unwrap_or(d.service_issuer),
             service_audience: var("AIRLOCK_SERVICE_AUDIENCE").unwrap_or(d.service_audience),
             operator_issuer: var("AIRLOCK_OPERATOR_ISSUER").unwrap_or(d.operator_issuer),

@@ -81,7 +81,9 @@ mod tests {
         let back: (i64, String) = c.decode("orders|a", &cur).unwrap();
         assert_eq!(back, (5, "x".into()));
         assert_eq!(
-            c.decode::<(i64, String)>("orders|b", &cur).unwrap_err().code,
+            c.decode::<(i64, String)>("orders|b", &cur)
+                .unwrap_err()
+                .code,
             Code::InvalidCursor
         );
         let mut edited = cur.clone().into_bytes();

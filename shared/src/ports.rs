@@ -54,8 +54,7 @@ pub trait PositionStore: Send + Sync {
         account_id: Option<&str>,
         page: &Page<(String, String)>,
     ) -> StoreResult<Vec<Position>>;
-    async fn get_position(&self, account_id: &str, symbol: &str)
-        -> StoreResult<Option<Position>>;
+    async fn get_position(&self, account_id: &str, symbol: &str) -> StoreResult<Option<Position>>;
 }
 
 #[async_trait]
@@ -84,8 +83,11 @@ pub trait JobStore: Send + Sync {
 pub trait ActionStore: Send + Sync {
     async fn get_action(&self, action_id: &str) -> StoreResult<Option<ActionRecord>>;
     /// Actions accepted before `claimed_before` and never sent: the sweeper's work.
-    async fn list_unsent(&self, claimed_before: Millis, limit: u32)
-        -> StoreResult<Vec<ActionRecord>>;
+    async fn list_unsent(
+        &self,
+        claimed_before: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<ActionRecord>>;
 }
 
 #[async_trait]
@@ -147,8 +149,12 @@ pub enum CommitOutcome {
 #[async_trait]
 pub trait ExecuteLedger: Send + Sync {
     /// A live key record (expired ones count as absent).
-    async fn get_key(&self, principal: &str, key: &str, now: Millis)
-        -> StoreResult<Option<KeyRecord>>;
+    async fn get_key(
+        &self,
+        principal: &str,
+        key: &str,
+        now: Millis,
+    ) -> StoreResult<Option<KeyRecord>>;
     async fn get_rate(&self, operator_id: &str) -> StoreResult<RateState>;
     async fn commit(&self, c: &ExecuteCommit, now: Millis) -> StoreResult<CommitOutcome>;
     /// After the enqueue: the key becomes decided and the action sent, only if `lease_owner`

@@ -122,7 +122,9 @@ pub enum KeyState {
         lease_until: Millis,
         action_id: String,
     },
-    Decided { decision: Decision },
+    Decided {
+        decision: Decision,
+    },
 }
 
 /// An idempotency key, scoped to the service principal.

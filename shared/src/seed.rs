@@ -22,9 +22,24 @@ pub struct DemoOperator {
 }
 
 pub const DEMO_OPERATORS: &[DemoOperator] = &[
-    DemoOperator { sub: "op-energy-trader", roles: &["trader"], desks: &["energy"], who: "energy trader: reads, plans and executes on the energy desk" },
-    DemoOperator { sub: "op-viewer", roles: &["viewer"], desks: &["energy"], who: "viewer: reads the energy desk, cannot plan or execute" },
-    DemoOperator { sub: "op-head-trader", roles: &["head_trader"], desks: &[], who: "head trader: every desk, plans and executes" },
+    DemoOperator {
+        sub: "op-energy-trader",
+        roles: &["trader"],
+        desks: &["energy"],
+        who: "energy trader: reads, plans and executes on the energy desk",
+    },
+    DemoOperator {
+        sub: "op-viewer",
+        roles: &["viewer"],
+        desks: &["energy"],
+        who: "viewer: reads the energy desk, cannot plan or execute",
+    },
+    DemoOperator {
+        sub: "op-head-trader",
+        roles: &["head_trader"],
+        desks: &[],
+        who: "head trader: every desk, plans and executes",
+    },
 ];
 
 /// The next three tradable CL contracts at `now`.
@@ -36,7 +51,11 @@ pub fn demo_contracts(now: Millis) -> [ClContract; 3] {
     let mut y = chrono::Datelike::year(&t);
     let mut m = chrono::Datelike::month(&t);
     while found.len() < 3 {
-        let sym = format!("CL{}{:02}", b"FGHJKMNQUVXZ"[(m - 1) as usize] as char, y % 100);
+        let sym = format!(
+            "CL{}{:02}",
+            b"FGHJKMNQUVXZ"[(m - 1) as usize] as char,
+            y % 100
+        );
         if let Ok(c) = ClContract::parse(&sym) {
             if c.trading_stops_at(cal) > horizon {
                 found.push(c);
@@ -88,32 +107,119 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
     .await?;
 
     let minute = 60_000;
-    let order = |id: &str, a: &str, s: &str, side, q, t, lp: &str, st, filled, fill: &str, ago: i64| Order {
-        order_id: id.into(),
-        account_id: a.into(),
-        symbol: s.to_string(),
-        side,
-        quantity: q,
-        order_type: t,
-        limit_price: p(lp),
-        stop_price: None,
-        time_in_force: TimeInForce::Day,
-        status: st,
-        filled_quantity: filled,
-        avg_fill_price: p(fill),
-        action_id: None,
-        created_at: now - ago * minute,
-        updated_at: now - ago * minute + minute,
-    };
+    let order =
+        |id: &str, a: &str, s: &str, side, q, t, lp: &str, st, filled, fill: &str, ago: i64| {
+            Order {
+                order_id: id.into(),
+                account_id: a.into(),
+                symbol: s.to_string(),
+                side,
+                quantity: q,
+                order_type: t,
+                limit_price: p(lp),
+                stop_price: None,
+                time_in_force: TimeInForce::Day,
+                status: st,
+                filled_quantity: filled,
+                avg_fill_price: p(fill),
+                action_id: None,
+                created_at: now - ago * minute,
+                updated_at: now - ago * minute + minute,
+            }
+        };
     use OrderStatus::*;
     w.put_orders(&[
-        order("ORD-1001", "ACC-1", &c1, Side::Buy, 3, OrderType::Market, "", Filled, 3, "68.40", 300),
-        order("ORD-1002", "ACC-1", &c2, Side::Sell, 2, OrderType::Limit, "67.95", Filled, 2, "67.95", 240),
-        order("ORD-1003", "ACC-1", &c1, Side::Buy, 1, OrderType::Limit, "60.00", Working, 0, "", 120),
-        order("ORD-1004", "ACC-2", &c1, Side::Buy, 5, OrderType::Limit, "70.50", PartiallyFilled, 2, "70.48", 90),
-        order("ORD-1005", "ACC-2", &c2, Side::Sell, 4, OrderType::Limit, "75.00", Cancelled, 0, "", 60),
-        order("ORD-1006", "ACC-1", &c1, Side::Buy, 2, OrderType::Limit, "20.00", Rejected, 0, "", 45),
-        order("ORD-1007", "ACC-3", &c3, Side::Buy, 5, OrderType::Market, "", Filled, 5, "66.10", 30),
+        order(
+            "ORD-1001",
+            "ACC-1",
+            &c1,
+            Side::Buy,
+            3,
+            OrderType::Market,
+            "",
+            Filled,
+            3,
+            "68.40",
+            300,
+        ),
+        order(
+            "ORD-1002",
+            "ACC-1",
+            &c2,
+            Side::Sell,
+            2,
+            OrderType::Limit,
+            "67.95",
+            Filled,
+            2,
+            "67.95",
+            240,
+        ),
+        order(
+            "ORD-1003",
+            "ACC-1",
+            &c1,
+            Side::Buy,
+            1,
+            OrderType::Limit,
+            "60.00",
+            Working,
+            0,
+            "",
+            120,
+        ),
+        order(
+            "ORD-1004",
+            "ACC-2",
+            &c1,
+            Side::Buy,
+            5,
+            OrderType::Limit,
+            "70.50",
+            PartiallyFilled,
+            2,
+            "70.48",
+            90,
+        ),
+        order(
+            "ORD-1005",
+            "ACC-2",
+            &c2,
+            Side::Sell,
+            4,
+            OrderType::Limit,
+            "75.00",
+            Cancelled,
+            0,
+            "",
+            60,
+        ),
+        order(
+            "ORD-1006",
+            "ACC-1",
+            &c1,
+            Side::Buy,
+            2,
+            OrderType::Limit,
+            "20.00",
+            Rejected,
+            0,
+            "",
+            45,
+        ),
+        order(
+            "ORD-1007",
+            "ACC-3",
+            &c3,
+            Side::Buy,
+            5,
+            OrderType::Market,
+            "",
+            Filled,
+            5,
+            "66.10",
+            30,
+        ),
     ])
     .await?;
 

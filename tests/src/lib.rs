@@ -1,1 +1,437 @@
-//! Test harness.
+//! Test harness: starts the real `airlock` binary on an ephemeral loopback port with a
+//! temporary state dir, mints tokens with its CLI, and stops it on drop.
+//!
+//! The binary is `target/debug/airlock-failpoints` (built with test-only failpoints by the
+//! README's test command, `scripts/test.sh`), or `$AIRLOCK_TEST_BIN`. A missing binary is a
+//! loud failure, never a skip.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BASE: &str = "/api/internal/v1/mastra";
+
+pub fn binary() -> PathBuf {
+    if let Ok(p) = std::env::var("AIRLOCK_TEST_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/debug/deps/<test exe> -> target/debug/airlock-failpoints
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("airlock-failpoints");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the README's test command (scripts/test.sh), which builds it",
+        bin.display()
+    );
+    bin
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh, empty state dir under the system temp dir.
+pub fn temp_state_dir() -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let d = std::env::temp_dir().join(format!("airlock-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+pub struct Server {
+    child: Option<Child>,
+    pub base: String,
+    pub state_dir: PathBuf,
+    env: Vec<(String, String)>,
+    keep_dir: bool,
+}
+
+impl Server {
+    /// A server on a new state dir with the given extra environment.
+    pub fn start(env: &[(&str, &str)]) -> Server {
+        Server::start_in(temp_state_dir(), env)
+    }
+
+    /// A server on an existing state dir (a restart).
+    pub fn start_in(state_dir: PathBuf, env: &[(&str, &str)]) -> Server {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(state_dir.join("serve.log"))
+            .expect("log file");
+        let mut cmd = Command::new(binary());
+        cmd.arg("--state-dir")
+            .arg(&state_dir)
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .env_remove("AIRLOCK_NOW")
+            .env_remove("AIRLOCK_FAILPOINTS")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn airlock serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "airlock serve did not start; see {}",
+                    state_dir.join("serve.log").display()
+                )
+            });
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
+            .to_string();
+        Server {
+            child: Some(child),
+            base,
+            state_dir,
+            env,
+            keep_dir: false,
+        }
+    }
+
+    /// Stops the process (SIGKILL: a crash) and keeps the state dir for a restart.
+    pub fn crash(mut self) -> PathBuf {
+        self.keep_dir = true;
+        self.stop();
+        self.state_dir.clone()
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for the process to exit by itself (e.g. a failpoint abort), then keeps the dir.
+    pub fn wait_exit(mut self, timeout: Duration) -> PathBuf {
+        let start = Instant::now();
+        if let Some(c) = self.child.as_mut() {
+            while start.elapsed() < timeout {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.keep_dir = true;
+        self.stop();
+        self.state_dir.clone()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{BASE}{path}", self.base)
+    }
+
+    /// Runs the CLI on this server's state dir and environment; returns stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(&self.state_dir, &self.env, args)
+    }
+
+    pub fn service_token(&self) -> String {
+        self.cli(&["token", "service"])
+    }
+
+    pub fn operator_token(&self, sub: &str, roles: &str, desks: Option<&str>) -> String {
+        let mut args = vec!["token", "operator", "--sub", sub, "--roles", roles];
+        if let Some(d) = desks {
+            args.extend(["--desks", d]);
+        }
+        self.cli(&args)
+    }
+
+    /// An API client for the demo energy trader.
+    pub fn trader(&self) -> Api {
+        Api::new(
+            self,
+            self.service_token(),
+            self.operator_token("op-energy-trader", "trader", Some("energy")),
+        )
+    }
+
+    pub fn db(&self) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(self.state_dir.join("airlock.db")).expect("open db");
+        c.busy_timeout(Duration::from_secs(5))
+            .expect("busy timeout");
+        c
+    }
+
+    /// Messages in the embedded queue.
+    pub fn queued_messages(&self) -> i64 {
+        self.db()
+            .query_row("SELECT COUNT(*) FROM queue", [], |r| r.get(0))
+            .expect("count queue")
+    }
+
+    pub fn audit_count(&self, where_sql: &str) -> i64 {
+        self.db()
+            .query_row(
+                &format!("SELECT COUNT(*) FROM audit WHERE {where_sql}"),
+                [],
+                |r| r.get(0),
+            )
+            .expect("count audit")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+        if !self.keep_dir && !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.state_dir);
+        }
+    }
+}
+
+pub fn cli(state_dir: &Path, env: &[(String, String)], args: &[&str]) -> String {
+    let mut cmd = Command::new(binary());
+    cmd.arg("--state-dir")
+        .arg(state_dir)
+        .args(args)
+        .env_remove("AIRLOCK_NOW")
+        .env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run airlock");
+    assert!(
+        out.status.success(),
+        "airlock {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf8")
+        .trim()
+        .to_string()
+}
+
+/// An HTTP client holding a service token and an operator token.
+#[derive(Clone)]
+pub struct Api {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub service: String,
+    pub operator: String,
+}
+
+/// A response: status, headers we care about, JSON body.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub body: Value,
+    pub request_id: Option<String>,
+    pub retry_after: Option<String>,
+}
+
+impl Resp {
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+impl Api {
+    pub fn new(server: &Server, service: String, operator: String) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            base: format!("{}{BASE}", server.base),
+            service,
+            operator,
+        }
+    }
+
+    pub fn with_tokens(&self, service: &str, operator: &str) -> Api {
+        Api {
+            service: service.into(),
+            operator: operator.into(),
+            ..self.clone()
+        }
+    }
+
+    async fn send(&self, rb: reqwest::RequestBuilder) -> Resp {
+        let mut rb = rb;
+        if !self.service.is_empty() {
+            rb = rb.header("authorization", format!("Bearer {}", self.service));
+        }
+        if !self.operator.is_empty() {
+            rb = rb.header("x-operator-token", &self.operator);
+        }
+        let r = rb.send().await.expect("HTTP request");
+        let status = r.status().as_u16();
+        let h = |n: &str| {
+            r.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        };
+        let request_id = h("x-request-id");
+        let retry_after = h("retry-after");
+        let text = r.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp {
+            status,
+            body,
+            request_id,
+            retry_after,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.send(self.http.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Resp {
+        self.send(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+        .await
+    }
+
+    pub async fn post_raw(&self, path: &str, content_type: &str, body: Vec<u8>) -> Resp {
+        self.send(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", content_type)
+                .body(body),
+        )
+        .await
+    }
+
+    /// Plans a market buy of `qty` `symbol` on ACC-1 for the energy trader.
+    pub async fn plan_buy(&self, symbol: &str, qty: u32) -> Resp {
+        self.post(
+            "/actions/plan",
+            &serde_json::json!({
+                "action_type": "order.submit.cl",
+                "payload": { "account_id": "ACC-1", "symbol": symbol, "side": "buy", "quantity": qty, "order_type": "market" },
+                "requested_by": "op-energy-trader",
+                "chat_context": { "chat_session_id": "chat-1", "tool_call_id": "call-1" }
+            }),
+        )
+        .await
+    }
+
+    pub async fn execute(&self, plan: &Resp, key: &str) -> Resp {
+        self.execute_with(
+            plan["plan_id"].as_str().unwrap_or(""),
+            plan["confirmation_token"].as_str().unwrap_or(""),
+            key,
+        )
+        .await
+    }
+
+    pub async fn execute_with(&self, plan_id: &str, token: &str, key: &str) -> Resp {
+        self.post(
+            "/actions/execute",
+            &serde_json::json!({
+                "plan_id": plan_id,
+                "confirmation_token": token,
+                "idempotency_key": key,
+                "requested_by": "op-energy-trader"
+            }),
+        )
+        .await
+    }
+}
+
+impl std::ops::Index<&str> for Resp {
+    type Output = Value;
+    fn index(&self, k: &str) -> &Value {
+        &self.body[k]
+    }
+}
+
+/// Monday 2026-11-23 09:00 Chicago: CME Globex open, CLF27 tradable.
+pub const MARKET_OPEN: &str = "2026-11-23T15:00:00Z";
+
+/// Forged tokens for attack tests.
+pub mod forge {
+    use base64::Engine;
+    use hmac::Mac;
+
+    const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    pub fn b64(bytes: &[u8]) -> String {
+        B64.encode(bytes)
+    }
+
+    /// The claims of a compact JWS, decoded.
+    pub fn claims(token: &str) -> serde_json::Value {
+        let part = token.split('.').nth(1).expect("payload");
+        serde_json::from_slice(&B64.decode(part).expect("b64")).expect("json")
+    }
+
+    pub fn header(token: &str) -> serde_json::Value {
+        let part = token.split('.').next().expect("header");
+        serde_json::from_slice(&B64.decode(part).expect("b64")).expect("json")
+    }
+
+    /// `alg: none` with the given claims and an empty signature.
+    pub fn alg_none(claims: &serde_json::Value) -> String {
+        format!(
+            "{}.{}.",
+            b64(br#"{"alg":"none","typ":"JWT"}"#),
+            b64(claims.to_string().as_bytes())
+        )
+    }
+
+    /// HS256 signed with `secret` (the classic "HMAC with the public key" attack).
+    pub fn hs256(claims: &serde_json::Value, kid: Option<&str>, secret: &[u8]) -> String {
+        let header = match kid {
+            Some(k) => serde_json::json!({ "alg": "HS256", "typ": "JWT", "kid": k }),
+            None => serde_json::json!({ "alg": "HS256", "typ": "JWT" }),
+        };
+        let input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let mut m = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(secret).expect("key");
+        m.update(input.as_bytes());
+        format!("{input}.{}", b64(&m.finalize().into_bytes()))
+    }
+
+    /// Re-signs `claims` with a fresh P-256 key under the same header: a forged signature.
+    pub fn es256_foreign(token: &str, claims: &serde_json::Value) -> String {
+        use p256::ecdsa::{signature::Signer, Signature, SigningKey};
+        let key = SigningKey::random(&mut p256::elliptic_curve::rand_core::OsRng);
+        let head = token.split('.').next().expect("header");
+        let input = format!("{head}.{}", b64(claims.to_string().as_bytes()));
+        let sig: Signature = key.sign(input.as_bytes());
+        format!("{input}.{}", b64(&sig.to_bytes()))
+    }
+
+    /// The public key of a PKCS#8 P-256 private key file, as SPKI PEM text.
+    pub fn public_pem_of(private_pem_path: &std::path::Path) -> String {
+        use p256::pkcs8::{DecodePrivateKey, EncodePublicKey, LineEnding};
+        let pem = std::fs::read_to_string(private_pem_path).expect("key file");
+        let sk = p256::SecretKey::from_pkcs8_pem(&pem).expect("p256 key");
+        sk.public_key()
+            .to_public_key_pem(LineEnding::LF)
+            .expect("pem")
+    }
+}

@@ -62,7 +62,12 @@ pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
             }
             issuer.service_token(&cfg, &sub, &scopes, now, ttl)
         }
-        TokenKind::Operator { sub, roles, desks, ttl } => {
+        TokenKind::Operator {
+            sub,
+            roles,
+            desks,
+            ttl,
+        } => {
             if ttl < 1 {
                 return Err("--ttl must be at least 1 second".into());
             }
@@ -100,7 +105,10 @@ pub async fn serve(cfg: Config, addr: &str) -> Result<(), String> {
         .await
         .map_err(|e| format!("binding {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("airlock listening on http://{local} (state dir {})", state.config.state_dir.display());
+    println!(
+        "airlock listening on http://{local} (state dir {})",
+        state.config.state_dir.display()
+    );
     let app = airlock::http::app(airlock::handlers::all(), state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown())
@@ -114,7 +122,8 @@ async fn shutdown() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };
@@ -124,21 +133,38 @@ async fn shutdown() {
 }
 
 fn print_control(c: &airlock::records::Control) {
-    let state = if c.trade_execute_enabled { "released (trading enabled)" } else { "ENGAGED (order submission stopped)" };
+    let state = if c.trade_execute_enabled {
+        "released (trading enabled)"
+    } else {
+        "ENGAGED (order submission stopped)"
+    };
     println!("kill switch: {state}");
     if c.updated_at > 0 {
-        println!("changed at {} by {}", human_time(c.updated_at), c.updated_by);
+        println!(
+            "changed at {} by {}",
+            human_time(c.updated_at),
+            c.updated_by
+        );
     }
     if let Some(r) = &c.reason {
         println!("reason: {r}");
     }
     for (a, m) in &c.rollout {
-        println!("rollout {a}: {}", serde_json::to_value(m).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default());
+        println!(
+            "rollout {a}: {}",
+            serde_json::to_value(m)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        );
     }
 }
 
 fn who() -> String {
-    format!("cli:{}", std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
+    format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+    )
 }
 
 pub async fn kill_switch(cfg: Config, action: &str, reason: Option<String>) -> Result<(), String> {
@@ -155,7 +181,11 @@ pub async fn kill_switch(cfg: Config, action: &str, reason: Option<String>) -> R
     Ok(())
 }
 
-pub async fn rollout(cfg: Config, action_type: Option<String>, mode: Option<String>) -> Result<(), String> {
+pub async fn rollout(
+    cfg: Config,
+    action_type: Option<String>,
+    mode: Option<String>,
+) -> Result<(), String> {
     let (state, _) = embedded(cfg).await?;
     let store = state.ports.control.as_ref();
     let c = match (action_type, mode) {
@@ -174,7 +204,12 @@ pub async fn rollout(cfg: Config, action_type: Option<String>, mode: Option<Stri
 
 pub async fn audit(cfg: Config, id: &str) -> Result<(), String> {
     let (state, _) = embedded(cfg).await?;
-    let trail = state.ports.audit.trail(id).await.map_err(|e| e.to_string())?;
+    let trail = state
+        .ports
+        .audit
+        .trail(id)
+        .await
+        .map_err(|e| e.to_string())?;
     if trail.is_empty() {
         return Err(format!("no audit records for {id}"));
     }

@@ -7,10 +7,19 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "airlock", version, about = "Airlock: the trade-safety backend for a Mastra agent")]
+#[command(
+    name = "airlock",
+    version,
+    about = "Airlock: the trade-safety backend for a Mastra agent"
+)]
 struct Cli {
     /// State directory (SQLite database, local keys, policy file).
-    #[arg(long, global = true, env = "AIRLOCK_STATE_DIR", default_value = ".airlock")]
+    #[arg(
+        long,
+        global = true,
+        env = "AIRLOCK_STATE_DIR",
+        default_value = ".airlock"
+    )]
     state_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -55,7 +64,10 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     airlock::telemetry::init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("airlock: cannot start the runtime: {e}");
@@ -68,8 +80,12 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Serve { addr, .. } => commands::serve(cfg, &addr).await,
             Command::Token { kind } => commands::token(cfg, kind),
-            Command::KillSwitch { action, reason, .. } => commands::kill_switch(cfg, &action, reason).await,
-            Command::Rollout { action_type, mode } => commands::rollout(cfg, action_type, mode).await,
+            Command::KillSwitch { action, reason, .. } => {
+                commands::kill_switch(cfg, &action, reason).await
+            }
+            Command::Rollout { action_type, mode } => {
+                commands::rollout(cfg, action_type, mode).await
+            }
             Command::Audit { id } => commands::audit(cfg, &id).await,
             Command::SeedOrders { n } => commands::seed_orders(cfg, n).await,
         }

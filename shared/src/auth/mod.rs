@@ -189,7 +189,9 @@ pub fn verify_jwt<T: serde::de::DeserializeOwned>(
     }
     if let Some(iat) = num("iat") {
         if iat > now_s + skew_s {
-            return Err(TokenFault::Invalid("the token was issued in the future".into()));
+            return Err(TokenFault::Invalid(
+                "the token was issued in the future".into(),
+            ));
         }
     }
     serde_json::from_value(claims)
@@ -232,11 +234,7 @@ impl Authenticator {
         let service = self.service_principal(bearer, now_s)?;
         let operator = self.operator(operator_token, now_s)?;
         let role_perms = self.roles.permissions(&operator.roles);
-        let permissions = service
-            .scopes
-            .intersection(&role_perms)
-            .copied()
-            .collect();
+        let permissions = service.scopes.intersection(&role_perms).copied().collect();
         Ok(Caller {
             service,
             operator,
@@ -256,12 +254,11 @@ impl Authenticator {
             )
         };
         let token = bearer.ok_or_else(|| fail("it is missing".into()))?;
-        let c: ServiceClaims = verify_jwt(token, &self.service, now_s, self.skew_s).map_err(
-            |f| match f {
+        let c: ServiceClaims =
+            verify_jwt(token, &self.service, now_s, self.skew_s).map_err(|f| match f {
                 TokenFault::Expired(_) => fail("it has expired".into()),
                 TokenFault::Invalid(w) => fail(w),
-            },
-        )?;
+            })?;
         if c.exp - c.iat > self.max_service_lifetime_s {
             return Err(fail(format!(
                 "its lifetime exceeds {} seconds",
@@ -289,12 +286,11 @@ impl Authenticator {
             )
         };
         let token = token.ok_or_else(|| fail("the X-Operator-Token header is missing".into()))?;
-        let c: OperatorClaims = verify_jwt(token, &self.operator, now_s, self.skew_s).map_err(
-            |f| match f {
+        let c: OperatorClaims =
+            verify_jwt(token, &self.operator, now_s, self.skew_s).map_err(|f| match f {
                 TokenFault::Expired(_) => fail("it has expired".into()),
                 TokenFault::Invalid(w) => fail(w),
-            },
-        )?;
+            })?;
         if c.sub.is_empty() {
             return Err(fail("its sub is empty".into()));
         }

@@ -17,9 +17,16 @@ pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/accounts"), get(handler))
 }
 
-async fn handler(State(st): State<AppState>, Authed(caller): Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+async fn handler(
+    State(st): State<AppState>,
+    Authed(caller): Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
-    let page = PageRequest { limit: q.limit()?, cursor: q.text("cursor")? };
+    let page = PageRequest {
+        limit: q.limit()?,
+        cursor: q.text("cursor")?,
+    };
     q.finish()?;
     let l = reads::accounts(&st, &caller, &page).await?;
     Ok(Json(views::listing("accounts", &l, views::account)))

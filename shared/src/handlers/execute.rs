@@ -27,17 +27,20 @@ async fn handler(
     QueryParams::parse(uri.query())?.finish()?;
     let header_key = match headers.get("idempotency-key") {
         None => None,
-        Some(v) => Some(v.to_str().map_err(|_| {
-            ApiError::invalid("Idempotency-Key", "must be printable ASCII")
-        })?),
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::invalid("Idempotency-Key", "must be printable ASCII"))?,
+        ),
     };
     let request_id = current_request_id();
     let facts = RequestFacts {
         request_id: &request_id,
         chat: req.chat_context.clone().unwrap_or_default(),
     };
-    Ok(match execute::execute(&st, &caller, req, header_key, facts).await? {
-        ExecuteOutcome::Queued(a) => (StatusCode::ACCEPTED, Json(a)).into_response(),
-        ExecuteOutcome::Duplicate(a) => (StatusCode::OK, Json(a)).into_response(),
-    })
+    Ok(
+        match execute::execute(&st, &caller, req, header_key, facts).await? {
+            ExecuteOutcome::Queued(a) => (StatusCode::ACCEPTED, Json(a)).into_response(),
+            ExecuteOutcome::Duplicate(a) => (StatusCode::OK, Json(a)).into_response(),
+        },
+    )
 }

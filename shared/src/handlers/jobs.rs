@@ -18,10 +18,20 @@ pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/jobs"), get(handler))
 }
 
-async fn handler(State(st): State<AppState>, Authed(caller): Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+async fn handler(
+    State(st): State<AppState>,
+    Authed(caller): Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
-    let filter = JobFilter { kind: q.parsed("kind")?, status: q.parsed("status")? };
-    let page = PageRequest { limit: q.limit()?, cursor: q.text("cursor")? };
+    let filter = JobFilter {
+        kind: q.parsed("kind")?,
+        status: q.parsed("status")?,
+    };
+    let page = PageRequest {
+        limit: q.limit()?,
+        cursor: q.text("cursor")?,
+    };
     q.finish()?;
     let l = reads::jobs(&st, &caller, filter, &page).await?;
     Ok(Json(views::listing("jobs", &l, views::job)))

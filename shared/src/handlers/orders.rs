@@ -18,10 +18,20 @@ pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/orders"), get(handler))
 }
 
-async fn handler(State(st): State<AppState>, Authed(caller): Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+async fn handler(
+    State(st): State<AppState>,
+    Authed(caller): Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
-    let filter = OrderFilter { account_id: q.text("account_id")?, status: q.parsed("status")? };
-    let page = PageRequest { limit: q.limit()?, cursor: q.text("cursor")? };
+    let filter = OrderFilter {
+        account_id: q.text("account_id")?,
+        status: q.parsed("status")?,
+    };
+    let page = PageRequest {
+        limit: q.limit()?,
+        cursor: q.text("cursor")?,
+    };
     q.finish()?;
     let l = reads::orders(&st, &caller, filter, &page).await?;
     Ok(Json(views::listing("orders", &l, views::order)))

@@ -23,5 +23,7 @@ async fn handler(
     JsonBody(req): JsonBody<PlanRequest>,
 ) -> Result<Json<PlanResponse>, ApiError> {
     QueryParams::parse(uri.query())?.finish()?;
-    Ok(Json(plan::plan(&st, &caller, req, &current_request_id()).await?))
+    Ok(Json(
+        plan::plan(&st, &caller, req, &current_request_id()).await?,
+    ))
 }

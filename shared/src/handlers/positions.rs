@@ -17,10 +17,17 @@ pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/positions"), get(handler))
 }
 
-async fn handler(State(st): State<AppState>, Authed(caller): Authed, uri: Uri) -> Result<Json<Value>, ApiError> {
+async fn handler(
+    State(st): State<AppState>,
+    Authed(caller): Authed,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
     let account_id = q.text("account_id")?;
-    let page = PageRequest { limit: q.limit()?, cursor: q.text("cursor")? };
+    let page = PageRequest {
+        limit: q.limit()?,
+        cursor: q.text("cursor")?,
+    };
     q.finish()?;
     let l = reads::positions(&st, &caller, account_id.as_deref(), &page).await?;
     Ok(Json(views::listing("positions", &l, views::position)))

@@ -48,9 +48,17 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status_of(self.code);
         if status.is_server_error() {
-            tracing::error!(code = self.code.as_str(), cause = self.cause.as_deref().unwrap_or(""), "request failed");
+            tracing::error!(
+                code = self.code.as_str(),
+                cause = self.cause.as_deref().unwrap_or(""),
+                "request failed"
+            );
         } else if let Some(c) = &self.cause {
-            tracing::warn!(code = self.code.as_str(), cause = c.as_str(), "request refused");
+            tracing::warn!(
+                code = self.code.as_str(),
+                cause = c.as_str(),
+                "request refused"
+            );
         }
         let mut resp = (status, axum::Json(error_body(&self))).into_response();
         if let Some(s) = self.retry_after {

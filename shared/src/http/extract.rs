@@ -109,7 +109,10 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// Deserializes a JSON value into `T`; `prefix` is the pointer of `value` in the request.
-pub fn from_value<T: DeserializeOwned>(value: serde_json::Value, prefix: &str) -> Result<T, ApiError> {
+pub fn from_value<T: DeserializeOwned>(
+    value: serde_json::Value,
+    prefix: &str,
+) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let mut pointer = prefix.to_string();
         for seg in e.path().iter() {
@@ -128,10 +131,17 @@ pub fn from_value<T: DeserializeOwned>(value: serde_json::Value, prefix: &str) -
             .find_map(|p| inner.strip_prefix(p))
             .and_then(|rest| rest.split('`').next());
         if let Some(name) = named {
-            pointer.push_str(&format!("/{}", escape(name)));
+            let last = format!("/{}", escape(name));
+            if !pointer.ends_with(&last) {
+                pointer.push_str(&last);
+            }
         }
         let message = clean_serde_message(&inner);
-        let field = if pointer.is_empty() { "/".to_string() } else { pointer };
+        let field = if pointer.is_empty() {
+            "/".to_string()
+        } else {
+            pointer
+        };
         ApiError::new(
             Code::InvalidRequest,
             format!("The request is invalid at {field}: {message}."),
@@ -199,7 +209,10 @@ impl QueryParams {
     ) -> Result<Option<T>, ApiError> {
         match self.params.remove(name) {
             None => Ok(None),
-            Some(v) => v.parse::<T>().map(Some).map_err(|e| ApiError::invalid(name, e)),
+            Some(v) => v
+                .parse::<T>()
+                .map(Some)
+                .map_err(|e| ApiError::invalid(name, e)),
         }
     }
 

@@ -23,10 +23,16 @@ pub fn api(path: &str) -> String {
 pub fn app(routes: Router<AppState>, state: AppState) -> Router {
     routes
         .fallback(|| async {
-            ApiError::new(Code::NotFound, "No such endpoint. Paths live under /api/internal/v1/mastra.")
+            ApiError::new(
+                Code::NotFound,
+                "No such endpoint. Paths live under /api/internal/v1/mastra.",
+            )
         })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(Code::MethodNotAllowed, "This endpoint does not take that HTTP method.")
+            ApiError::new(
+                Code::MethodNotAllowed,
+                "This endpoint does not take that HTTP method.",
+            )
         })
         .layer(axum::middleware::from_fn(observe::observe))
         .with_state(state)

@@ -42,19 +42,22 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let slot = Arc::new(CallerSlot::default());
     req.extensions_mut().insert(slot.clone());
-    let span = tracing::info_span!("request", request_id = %request_id, method = %method, path = %path);
+    let span =
+        tracing::info_span!("request", request_id = %request_id, method = %method, path = %path);
     let run = REQUEST_ID.scope(
         request_id.clone(),
         std::panic::AssertUnwindSafe(next.run(req)).catch_unwind(),
     );
     let mut resp = match run.instrument(span.clone()).await {
         Ok(r) => r,
-        Err(_) => REQUEST_ID
-            .scope(request_id.clone(), async {
-                ApiError::internal("handler panicked").into_response()
-            })
-            .instrument(span.clone())
-            .await,
+        Err(_) => {
+            REQUEST_ID
+                .scope(request_id.clone(), async {
+                    ApiError::internal("handler panicked").into_response()
+                })
+                .instrument(span.clone())
+                .await
+        }
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert("x-request-id", v);

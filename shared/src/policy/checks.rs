@@ -33,7 +33,9 @@ pub struct CancelInputs<'a> {
 
 fn action_enabled(control: &Control, a: ActionType) -> RiskCheck {
     match control.mode(a) {
-        RolloutMode::Execute => RiskCheck::pass("action_enabled", format!("{a} is enabled for execution")),
+        RolloutMode::Execute => {
+            RiskCheck::pass("action_enabled", format!("{a} is enabled for execution"))
+        }
         RolloutMode::PlanOnly => RiskCheck::fail(
             "action_enabled",
             format!("{a} is in plan_only rollout mode: plans can be reviewed but not executed"),
@@ -68,9 +70,15 @@ fn account_allowed(policy: &Policy, a: &Account) -> RiskCheck {
     match &policy.allowed_accounts {
         Some(list) if !list.iter().any(|x| x == &a.account_id) => RiskCheck::fail(
             "account_allowed",
-            format!("account {} is not on the policy's list of trading accounts", a.account_id),
+            format!(
+                "account {} is not on the policy's list of trading accounts",
+                a.account_id
+            ),
         ),
-        _ => RiskCheck::pass("account_allowed", format!("account {} is active", a.account_id)),
+        _ => RiskCheck::pass(
+            "account_allowed",
+            format!("account {} is active", a.account_id),
+        ),
     }
 }
 
@@ -116,7 +124,11 @@ fn symbol_valid(i: &OrderInputs) -> RiskCheck {
                 Err(why) if !expired => RiskCheck::fail("symbol_valid", why),
                 _ => RiskCheck::pass(
                     "symbol_valid",
-                    format!("{} is NYMEX WTI crude, contract month {}", c.symbol(), c.contract_month()),
+                    format!(
+                        "{} is NYMEX WTI crude, contract month {}",
+                        c.symbol(),
+                        c.contract_month()
+                    ),
                 ),
             }
         }
@@ -126,12 +138,16 @@ fn symbol_valid(i: &OrderInputs) -> RiskCheck {
 fn symbol_allowed(i: &OrderInputs) -> RiskCheck {
     match &i.contract {
         None => RiskCheck::fail("symbol_allowed", "no valid symbol to check"),
-        Some(c) if i.policy.allowed_symbols.iter().any(|s| s == "CL") => {
-            RiskCheck::pass("symbol_allowed", format!("{} is on the allowed list", c.symbol()))
-        }
+        Some(c) if i.policy.allowed_symbols.iter().any(|s| s == "CL") => RiskCheck::pass(
+            "symbol_allowed",
+            format!("{} is on the allowed list", c.symbol()),
+        ),
         Some(c) => RiskCheck::fail(
             "symbol_allowed",
-            format!("CL contracts such as {} are not on the policy's allowed list", c.symbol()),
+            format!(
+                "CL contracts such as {} are not on the policy's allowed list",
+                c.symbol()
+            ),
         ),
     }
 }
@@ -238,7 +254,10 @@ fn max_order_size(i: &OrderInputs) -> RiskCheck {
     let q = i.order.quantity.get();
     let max = i.policy.max_order_size;
     if q <= max {
-        RiskCheck::pass("max_order_size", format!("{q} contracts, within the limit of {max}"))
+        RiskCheck::pass(
+            "max_order_size",
+            format!("{q} contracts, within the limit of {max}"),
+        )
     } else {
         RiskCheck::fail(
             "max_order_size",
@@ -250,7 +269,10 @@ fn max_order_size(i: &OrderInputs) -> RiskCheck {
 fn position_limit(i: &OrderInputs) -> RiskCheck {
     let after = i.position + i.order.side.sign() * i.order.quantity.get() as i64;
     let max = i.policy.max_position as i64;
-    let sym = i.contract.map(|c| c.symbol()).unwrap_or_else(|| i.order.symbol.clone());
+    let sym = i
+        .contract
+        .map(|c| c.symbol())
+        .unwrap_or_else(|| i.order.symbol.clone());
     let text = format!(
         "{} holds {:+} {sym}; after this order {:+} (limit {max} either way)",
         i.account.account_id, i.position, after
@@ -263,10 +285,13 @@ fn position_limit(i: &OrderInputs) -> RiskCheck {
 }
 
 fn price_on_tick(i: &OrderInputs) -> RiskCheck {
-    let prices: Vec<(&str, Price)> = [("limit_price", i.order.limit_price), ("stop_price", i.order.stop_price)]
-        .into_iter()
-        .filter_map(|(n, p)| p.map(|p| (n, p)))
-        .collect();
+    let prices: Vec<(&str, Price)> = [
+        ("limit_price", i.order.limit_price),
+        ("stop_price", i.order.stop_price),
+    ]
+    .into_iter()
+    .filter_map(|(n, p)| p.map(|p| (n, p)))
+    .collect();
     if prices.is_empty() {
         return RiskCheck::pass("price_on_tick", "no price to check");
     }
@@ -274,7 +299,11 @@ fn price_on_tick(i: &OrderInputs) -> RiskCheck {
         if !p.on_tick(i.policy.tick) {
             return RiskCheck::fail(
                 "price_on_tick",
-                format!("{name} {p} is not on the {} tick; round it, e.g. to {}", i.policy.tick, Price::new(p.value().round_dp(2))),
+                format!(
+                    "{name} {p} is not on the {} tick; round it, e.g. to {}",
+                    i.policy.tick,
+                    Price::new(p.value().round_dp(2))
+                ),
             );
         }
         if p.value().is_sign_negative() && !p.value().is_zero() && !i.policy.allow_negative_prices {
@@ -284,7 +313,10 @@ fn price_on_tick(i: &OrderInputs) -> RiskCheck {
             );
         }
     }
-    RiskCheck::pass("price_on_tick", format!("prices are on the {} tick", i.policy.tick))
+    RiskCheck::pass(
+        "price_on_tick",
+        format!("prices are on the {} tick", i.policy.tick),
+    )
 }
 
 fn order_type_valid(i: &OrderInputs) -> RiskCheck {
@@ -309,7 +341,10 @@ fn order_type_valid(i: &OrderInputs) -> RiskCheck {
     if problems.is_empty() {
         RiskCheck::pass(
             "order_type_valid",
-            format!("{} order with {} time in force", o.order_type, o.time_in_force),
+            format!(
+                "{} order with {} time in force",
+                o.order_type, o.time_in_force
+            ),
         )
     } else {
         RiskCheck::fail(
@@ -329,16 +364,25 @@ pub fn check_order_cancel(i: &CancelInputs, control: &Control) -> Vec<RiskCheck>
         ),
         _ => RiskCheck::fail(
             "order_exists",
-            format!("no order {} on account {}", i.order_id, i.account.account_id),
+            format!(
+                "no order {} on account {}",
+                i.order_id, i.account.account_id
+            ),
         ),
     };
     let cancellable = match i.order {
         Some(o) if o.account_id == i.account.account_id && o.status.is_cancellable() => {
-            RiskCheck::pass("order_cancellable", format!("order {} is {}", o.order_id, o.status))
+            RiskCheck::pass(
+                "order_cancellable",
+                format!("order {} is {}", o.order_id, o.status),
+            )
         }
         Some(o) if o.account_id == i.account.account_id => RiskCheck::fail(
             "order_cancellable",
-            format!("order {} is already {} and cannot be cancelled", o.order_id, o.status),
+            format!(
+                "order {} is already {} and cannot be cancelled",
+                o.order_id, o.status
+            ),
         ),
         _ => RiskCheck::fail("order_cancellable", "no such order to cancel"),
     };
@@ -352,12 +396,23 @@ pub fn check_order_cancel(i: &CancelInputs, control: &Control) -> Vec<RiskCheck>
 }
 
 /// `positions.sync`: the account is active.
-pub fn check_positions_sync(policy: &Policy, account: &Account, control: &Control) -> Vec<RiskCheck> {
+pub fn check_positions_sync(
+    policy: &Policy,
+    account: &Account,
+    control: &Control,
+) -> Vec<RiskCheck> {
     let a = ActionType::PositionsSync;
     let mut account_check = account_allowed(policy, account);
     // Syncing a listed but non-trading account is still fine; only an inactive one fails.
     if account.status == AccountStatus::Active && account_check.failed() {
-        account_check = RiskCheck::pass("account_allowed", format!("account {} is active", account.account_id));
+        account_check = RiskCheck::pass(
+            "account_allowed",
+            format!("account {} is active", account.account_id),
+        );
     }
-    vec![action_enabled(control, a), kill_switch(control, a), account_check]
+    vec![
+        action_enabled(control, a),
+        kill_switch(control, a),
+        account_check,
+    ]
 }

@@ -61,11 +61,11 @@ impl Policy {
         if !path.exists() {
             return Ok(Policy::default());
         }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let p: Policy =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        p.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        p.validate()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(p)
     }
 

@@ -5,7 +5,12 @@ use crate::error::StoreResult;
 use crate::ports::ControlStore;
 use crate::records::{Control, RolloutMode};
 
-pub async fn engage(store: &dyn ControlStore, who: &str, reason: Option<String>, now: i64) -> StoreResult<Control> {
+pub async fn engage(
+    store: &dyn ControlStore,
+    who: &str,
+    reason: Option<String>,
+    now: i64,
+) -> StoreResult<Control> {
     let mut c = store.get_control().await?;
     c.trade_execute_enabled = false;
     c.updated_at = now;

@@ -26,8 +26,8 @@ use crate::error::{ApiError, Code};
 use crate::policy::{self, OrderInputs};
 use crate::ports::{CommitOutcome, ExecuteCommit, KeyCondition, PlanChange};
 use crate::records::{
-    ActionRecord, AuditRecord, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
-    QueueMessage, RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
+    ActionRecord, AuditRecord, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus, QueueMessage,
+    RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
 };
 
 /// How long a decided key replays its decision.
@@ -122,7 +122,13 @@ impl Ctx<'_> {
     /// returns the error.
     async fn reject(&self, e: ApiError, plan: Option<&PlanRecord>) -> ApiError {
         let now = self.state.clock.now_ms();
-        if let Err(err) = self.state.ports.audit.append(&self.audit_rejection(now, &e, plan)).await {
+        if let Err(err) = self
+            .state
+            .ports
+            .audit
+            .append(&self.audit_rejection(now, &e, plan))
+            .await
+        {
             return err.into();
         }
         e
@@ -148,7 +154,8 @@ fn accepted(d: &Decision) -> Option<Accepted> {
 }
 
 fn replayed_rejection(code: &str, message: &str, details: &[crate::error::FieldError]) -> ApiError {
-    ApiError::new(Code::parse(code).unwrap_or(Code::Internal), message).with_details(details.to_vec())
+    ApiError::new(Code::parse(code).unwrap_or(Code::Internal), message)
+        .with_details(details.to_vec())
 }
 
 pub async fn execute(
@@ -161,10 +168,16 @@ pub async fn execute(
     caller.require(Permission::Execute)?;
     super::parse_requested_by(&req.requested_by)?;
     if req.plan_id.is_empty() || req.plan_id.len() > 128 {
-        return Err(ApiError::invalid("/plan_id", "must be a plan id from POST /actions/plan"));
+        return Err(ApiError::invalid(
+            "/plan_id",
+            "must be a plan id from POST /actions/plan",
+        ));
     }
     if req.confirmation_token.is_empty() || req.confirmation_token.len() > 4096 {
-        return Err(ApiError::invalid("/confirmation_token", "must be the token from the plan"));
+        return Err(ApiError::invalid(
+            "/confirmation_token",
+            "must be the token from the plan",
+        ));
     }
     if let Some(h) = header_key {
         if h != req.idempotency_key.as_str() {
@@ -177,7 +190,11 @@ pub async fn execute(
     facts.chat.validate("/chat_context")?;
     caller.check_requested_by(&req.requested_by)?;
     let fingerprint = sha256_hex(
-        format!("{}\u{0}{}\u{0}{}", req.plan_id, req.requested_by, caller.service.sub).as_bytes(),
+        format!(
+            "{}\u{0}{}\u{0}{}",
+            req.plan_id, req.requested_by, caller.service.sub
+        )
+        .as_bytes(),
     );
     let ctx = Ctx {
         state,
@@ -191,7 +208,9 @@ pub async fn execute(
             return Ok(done);
         }
     }
-    Err(ApiError::unavailable("execute: too many conflicting concurrent writes"))
+    Err(ApiError::unavailable(
+        "execute: too many conflicting concurrent writes",
+    ))
 }
 
 /// One read-decide-commit round. `Ok(None)`: a condition changed under us; go again.
@@ -224,9 +243,13 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                     })))
                 }
                 None => match decision {
-                    Decision::Rejected { code, message, details } => {
-                        Err(ctx.reject(replayed_rejection(&code, &message, &details), None).await)
-                    }
+                    Decision::Rejected {
+                        code,
+                        message,
+                        details,
+                    } => Err(ctx
+                        .reject(replayed_rejection(&code, &message, &details), None)
+                        .await),
                     Decision::Queued { .. } => unreachable!("handled above"),
                 },
             },
@@ -239,7 +262,11 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 .retry_after(wait);
                 Err(ctx.reject(e, None).await)
             }
-            KeyState::Claimed { lease_owner, action_id, .. } => {
+            KeyState::Claimed {
+                lease_owner,
+                action_id,
+                ..
+            } => {
                 // The first attempt committed but never finished: resume at the enqueue.
                 resume(st, &rec, &lease_owner, &action_id, now).await
             }
@@ -247,7 +274,10 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
     }
 
     // 3. The confirmation token, locally (no signer call).
-    let claims = match st.confirmations.verify(&ctx.req.confirmation_token, now.div_euclid(1000)) {
+    let claims = match st
+        .confirmations
+        .verify(&ctx.req.confirmation_token, now.div_euclid(1000))
+    {
         Ok(c) => c,
         Err(TokenFault::Expired(exp)) => {
             let e = ApiError::new(
@@ -268,21 +298,37 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
         }
     };
     let bound = [
-        (claims.plan_id == ctx.req.plan_id, "it was issued for another plan"),
-        (claims.requested_by == ctx.req.requested_by, "it was issued for another requester"),
-        (claims.sub == ctx.caller.service.sub, "it was issued to another service principal"),
+        (
+            claims.plan_id == ctx.req.plan_id,
+            "it was issued for another plan",
+        ),
+        (
+            claims.requested_by == ctx.req.requested_by,
+            "it was issued for another requester",
+        ),
+        (
+            claims.sub == ctx.caller.service.sub,
+            "it was issued to another service principal",
+        ),
     ];
     if let Some((_, why)) = bound.iter().find(|(ok, _)| !ok) {
         let e = ApiError::new(
             Code::TokenInvalid,
-            format!("The confirmation token is not valid: {why}. Use the token returned by this plan."),
+            format!(
+                "The confirmation token is not valid: {why}. Use the token returned by this plan."
+            ),
         );
         return Err(ctx.reject(e, None).await);
     }
 
     // The plan, as this operator may see it.
     let plan = match st.ports.plans.get_plan(&ctx.req.plan_id).await? {
-        Some(p) if ctx.caller.can_see_desk(&p.desk) && p.service_principal == ctx.caller.service.sub => p,
+        Some(p)
+            if ctx.caller.can_see_desk(&p.desk)
+                && p.service_principal == ctx.caller.service.sub =>
+        {
+            p
+        }
         _ => {
             let e = not_found(Code::PlanNotFound, "plan", &ctx.req.plan_id);
             return Err(ctx.reject(e, None).await);
@@ -301,16 +347,25 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
         Verdict::Accept { rate } => accept(ctx, &plan, rate, now).await,
         Verdict::Reject { error, close } => {
             let commit = ExecuteCommit {
-                key: key_record(ctx, now, KeyState::Decided {
-                    decision: Decision::Rejected {
-                        code: error.code.as_str().into(),
-                        message: error.message.clone(),
-                        details: error.details.clone(),
+                key: key_record(
+                    ctx,
+                    now,
+                    KeyState::Decided {
+                        decision: Decision::Rejected {
+                            code: error.code.as_str().into(),
+                            message: error.message.clone(),
+                            details: error.details.clone(),
+                        },
                     },
-                }),
+                ),
                 key_condition: KeyCondition::Absent,
                 plan_change: close.then(|| {
-                    (plan.plan_id.clone(), PlanChange::Close { reason_code: error.code.as_str().into() })
+                    (
+                        plan.plan_id.clone(),
+                        PlanChange::Close {
+                            reason_code: error.code.as_str().into(),
+                        },
+                    )
                 }),
                 require_execute_allowed: None,
                 rate: None,
@@ -326,9 +381,14 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
 }
 
 enum Verdict {
-    Accept { rate: RateState },
+    Accept {
+        rate: RateState,
+    },
     /// `close`: the plan is closed (kill switch, rollout mode, policy re-check).
-    Reject { error: ApiError, close: bool },
+    Reject {
+        error: ApiError,
+        close: bool,
+    },
 }
 
 fn reject(error: ApiError, close: bool) -> Result<Verdict, ApiError> {
@@ -368,17 +428,28 @@ async fn decide(ctx: &Ctx<'_>, plan: &PlanRecord, now: Millis) -> Result<Verdict
         return reject(
             ApiError::new(
                 Code::PlanExpired,
-                format!("The plan expired at {}; ask for a new plan.", human_time(plan.expires_at)),
+                format!(
+                    "The plan expired at {}; ask for a new plan.",
+                    human_time(plan.expires_at)
+                ),
             ),
             false,
         );
     }
     if !plan.executable {
-        let failed: Vec<&str> = plan.risk_checks.iter().filter(|c| c.failed()).map(|c| c.name.as_str()).collect();
+        let failed: Vec<&str> = plan
+            .risk_checks
+            .iter()
+            .filter(|c| c.failed())
+            .map(|c| c.name.as_str())
+            .collect();
         return reject(
             ApiError::new(
                 Code::PlanNotExecutable,
-                format!("The plan failed risk checks ({}); fix the request and plan again.", failed.join(", ")),
+                format!(
+                    "The plan failed risk checks ({}); fix the request and plan again.",
+                    failed.join(", ")
+                ),
             ),
             false,
         );
@@ -498,7 +569,10 @@ async fn accept(
         QueueTarget::Orders => ResourceRefs {
             order_id: Some(match plan.action_type {
                 // A cancel acts on an existing order.
-                ActionType::OrderCancel => plan.normalized_payload["order_id"].as_str().unwrap_or_default().to_string(),
+                ActionType::OrderCancel => plan.normalized_payload["order_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 _ => new_id("ord", now),
             }),
             job_id: None,
@@ -553,15 +627,24 @@ async fn accept(
     audit.policy_version = Some(plan.policy_version.clone());
     audit.order_id = refs.order_id.clone();
     audit.job_id = refs.job_id.clone();
-    let key = key_record(ctx, now, KeyState::Claimed {
-        lease_owner: lease_owner.clone(),
-        lease_until: now + st.config.execute_lease_ms,
-        action_id: action_id.clone(),
-    });
+    let key = key_record(
+        ctx,
+        now,
+        KeyState::Claimed {
+            lease_owner: lease_owner.clone(),
+            lease_until: now + st.config.execute_lease_ms,
+            action_id: action_id.clone(),
+        },
+    );
     let commit = ExecuteCommit {
         key: key.clone(),
         key_condition: KeyCondition::Absent,
-        plan_change: Some((plan.plan_id.clone(), PlanChange::Execute { action_id: action_id.clone() })),
+        plan_change: Some((
+            plan.plan_id.clone(),
+            PlanChange::Execute {
+                action_id: action_id.clone(),
+            },
+        )),
         require_execute_allowed: Some(plan.action_type),
         rate: Some((expected_version, rate)),
         action: Some(action.clone()),
@@ -624,7 +707,13 @@ async fn resume(
     let taken = st
         .ports
         .ledger
-        .take_over(&rec.principal, &rec.key, old_owner, &new_owner, now + st.config.execute_lease_ms)
+        .take_over(
+            &rec.principal,
+            &rec.key,
+            old_owner,
+            &new_owner,
+            now + st.config.execute_lease_ms,
+        )
         .await?;
     if !taken {
         return Ok(None);
@@ -642,7 +731,9 @@ async fn resume(
         event: "execute".into(),
         decision: "resent".into(),
         reason_code: None,
-        reason: Some("a retry with the same idempotency key finished an interrupted execute".into()),
+        reason: Some(
+            "a retry with the same idempotency key finished an interrupted execute".into(),
+        ),
         action_type: Some(action.action_type),
         plan_id: Some(action.plan_id.clone()),
         action_id: Some(action.action_id.clone()),

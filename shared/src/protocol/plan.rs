@@ -168,7 +168,8 @@ async fn evaluate_order(
     };
     Ok(Evaluated {
         preview: order_preview(&normalized),
-        normalized: serde_json::to_value(&normalized).map_err(|e| ApiError::internal(e.to_string()))?,
+        normalized: serde_json::to_value(&normalized)
+            .map_err(|e| ApiError::internal(e.to_string()))?,
         account,
         checks,
     })
@@ -199,7 +200,10 @@ async fn evaluate_cancel(
         _ => String::new(),
     };
     Ok(Evaluated {
-        preview: format!("Cancel order {}{detail} on {}.", c.order_id, account.account_id),
+        preview: format!(
+            "Cancel order {}{detail} on {}.",
+            c.order_id, account.account_id
+        ),
         normalized: serde_json::json!({ "account_id": account.account_id, "order_id": c.order_id }),
         account,
         checks,

@@ -71,9 +71,13 @@ pub async fn accounts(
     caller.require(Permission::Read)?;
     let s = scope(caller, "accounts", &[]);
     let desks = &caller.operator.desks;
-    paged(state, &s, page, |a: &Account| a.account_id.clone(), |p| async move {
-        state.ports.accounts.list_accounts(desks, &p).await
-    })
+    paged(
+        state,
+        &s,
+        page,
+        |a: &Account| a.account_id.clone(),
+        |p| async move { state.ports.accounts.list_accounts(desks, &p).await },
+    )
     .await
 }
 
@@ -85,8 +89,10 @@ pub async fn visible_account(
 ) -> Result<Account, ApiError> {
     match state.ports.accounts.get_account(account_id).await? {
         Some(a) if caller.can_see_desk(&a.desk) => Ok(a),
-        _ => Err(super::not_found(Code::AccountNotFound, "account", account_id)
-            .with_field("account_id", "no such account visible to this operator")),
+        _ => Err(
+            super::not_found(Code::AccountNotFound, "account", account_id)
+                .with_field("account_id", "no such account visible to this operator"),
+        ),
     }
 }
 
@@ -107,7 +113,13 @@ pub async fn positions(
         &s,
         page,
         |p: &Position| (p.account_id.clone(), p.symbol.clone()),
-        |p| async move { state.ports.positions.list_positions(desks, account_id, &p).await },
+        |p| async move {
+            state
+                .ports
+                .positions
+                .list_positions(desks, account_id, &p)
+                .await
+        },
     )
     .await
 }
@@ -125,7 +137,10 @@ pub async fn orders(
     let s = scope(
         caller,
         "orders",
-        &[filter.account_id.as_deref(), filter.status.map(|x| x.as_str())],
+        &[
+            filter.account_id.as_deref(),
+            filter.status.map(|x| x.as_str()),
+        ],
     );
     let desks = &caller.operator.desks;
     let filter = &filter;
@@ -149,7 +164,10 @@ pub async fn jobs(
     let s = scope(
         caller,
         "jobs",
-        &[filter.kind.map(|x| x.as_str()), filter.status.map(|x| x.as_str())],
+        &[
+            filter.kind.map(|x| x.as_str()),
+            filter.status.map(|x| x.as_str()),
+        ],
     );
     let desks = &caller.operator.desks;
     let filter = &filter;

@@ -27,7 +27,12 @@ pub async fn sweep_once(st: &AppState) -> Result<usize, ApiError> {
             tracing::error!(action_id = %action.action_id, "unsent action has no idempotency record");
             continue;
         };
-        let KeyState::Claimed { lease_owner, lease_until, .. } = &key.state else {
+        let KeyState::Claimed {
+            lease_owner,
+            lease_until,
+            ..
+        } = &key.state
+        else {
             continue;
         };
         if *lease_until > now {
@@ -37,7 +42,13 @@ pub async fn sweep_once(st: &AppState) -> Result<usize, ApiError> {
         if !st
             .ports
             .ledger
-            .take_over(&key.principal, &key.key, lease_owner, &owner, now + st.config.execute_lease_ms)
+            .take_over(
+                &key.principal,
+                &key.key,
+                lease_owner,
+                &owner,
+                now + st.config.execute_lease_ms,
+            )
             .await?
         {
             continue;
@@ -53,7 +64,9 @@ pub async fn sweep_once(st: &AppState) -> Result<usize, ApiError> {
                 event: "execute".into(),
                 decision: "resent".into(),
                 reason_code: None,
-                reason: Some("the sweeper sent an action that was accepted but never queued".into()),
+                reason: Some(
+                    "the sweeper sent an action that was accepted but never queued".into(),
+                ),
                 action_type: Some(action.action_type),
                 plan_id: Some(action.plan_id.clone()),
                 action_id: Some(action.action_id.clone()),

@@ -23,7 +23,11 @@ pub(super) fn append_audit(c: &Connection, a: &AuditRecord) -> StoreResult<()> {
     Ok(())
 }
 
-fn one_body(c: &Connection, sql: &str, key: &[&dyn rusqlite::ToSql]) -> StoreResult<Option<String>> {
+fn one_body(
+    c: &Connection,
+    sql: &str,
+    key: &[&dyn rusqlite::ToSql],
+) -> StoreResult<Option<String>> {
     c.prepare_cached(sql)
         .and_then(|mut st| st.query_row(key, |r| r.get::<_, String>(0)).optional())
         .map_err(db_err)
@@ -35,7 +39,12 @@ pub(super) fn load_plan(c: &Connection, plan_id: &str) -> StoreResult<Option<Pla
         .transpose()
 }
 
-fn load_key(c: &Connection, principal: &str, key: &str, now: i64) -> StoreResult<Option<KeyRecord>> {
+fn load_key(
+    c: &Connection,
+    principal: &str,
+    key: &str,
+    now: i64,
+) -> StoreResult<Option<KeyRecord>> {
     one_body(
         c,
         "SELECT body FROM idempotency_keys WHERE principal = ? AND key = ? AND expires_at > ?",
@@ -58,21 +67,35 @@ fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
         "INSERT OR REPLACE INTO idempotency_keys (principal, key, lease_owner, expires_at, body) \
          VALUES (?, ?, ?, ?, ?)",
     )
-    .and_then(|mut st| st.execute(params![k.principal, k.key, lease_owner(k), k.expires_at, text]))
+    .and_then(|mut st| {
+        st.execute(params![
+            k.principal,
+            k.key,
+            lease_owner(k),
+            k.expires_at,
+            text
+        ])
+    })
     .map_err(db_err)?;
     Ok(())
 }
 
 fn load_control(c: &Connection) -> StoreResult<Control> {
-    Ok(match one_body(c, "SELECT body FROM control WHERE id = ?", &[&1])? {
-        Some(t) => serde_json::from_str(&t).map_err(json_err)?,
-        None => Control::default(),
-    })
+    Ok(
+        match one_body(c, "SELECT body FROM control WHERE id = ?", &[&1])? {
+            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
+            None => Control::default(),
+        },
+    )
 }
 
 fn load_rate(c: &Connection, operator: &str) -> StoreResult<RateState> {
     Ok(
-        match one_body(c, "SELECT body FROM rate_limits WHERE operator_id = ?", &[&operator])? {
+        match one_body(
+            c,
+            "SELECT body FROM rate_limits WHERE operator_id = ?",
+            &[&operator],
+        )? {
             Some(t) => serde_json::from_str(&t).map_err(json_err)?,
             None => RateState {
                 operator_id: operator.to_string(),
@@ -117,7 +140,12 @@ fn check(tx: &Connection, commit: &ExecuteCommit, now: i64) -> StoreResult<Optio
 
 #[async_trait]
 impl ExecuteLedger for Sqlite {
-    async fn get_key(&self, principal: &str, key: &str, now: i64) -> StoreResult<Option<KeyRecord>> {
+    async fn get_key(
+        &self,
+        principal: &str,
+        key: &str,
+        now: i64,
+    ) -> StoreResult<Option<KeyRecord>> {
         let (p, k) = (principal.to_string(), key.to_string());
         self.read(move |c| load_key(c, &p, &k, now)).await
     }
@@ -190,7 +218,11 @@ impl ExecuteLedger for Sqlite {
         action_id: &str,
         now: i64,
     ) -> StoreResult<bool> {
-        let (key, owner, action_id) = (key.clone(), lease_owner_id.to_string(), action_id.to_string());
+        let (key, owner, action_id) = (
+            key.clone(),
+            lease_owner_id.to_string(),
+            action_id.to_string(),
+        );
         self.write(move |tx| {
             let Some(mut k) = load_key(tx, &key.principal, &key.key, now)? else {
                 return Ok(false);
@@ -198,8 +230,11 @@ impl ExecuteLedger for Sqlite {
             if lease_owner(&k) != Some(owner.as_str()) {
                 return Ok(false);
             }
-            let Some(action_text) =
-                one_body(tx, "SELECT body FROM actions WHERE action_id = ?", &[&action_id])?
+            let Some(action_text) = one_body(
+                tx,
+                "SELECT body FROM actions WHERE action_id = ?",
+                &[&action_id],
+            )?
             else {
                 return Ok(false);
             };

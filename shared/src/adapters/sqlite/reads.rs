@@ -41,11 +41,7 @@ fn parse<T: std::str::FromStr<Err = String>>(s: String) -> rusqlite::Result<T> {
 fn price(s: Option<String>) -> rusqlite::Result<Option<Price>> {
     s.map(|s| {
         Price::parse(&s).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(
-                0,
-                rusqlite::types::Type::Text,
-                e.into(),
-            )
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
         })
     })
     .transpose()
@@ -71,7 +67,8 @@ fn position_row(r: &Row) -> rusqlite::Result<Position> {
     })
 }
 
-const ORDER_COLUMNS: &str = "o.order_id, o.account_id, o.symbol, o.side, o.quantity, o.order_type, \
+const ORDER_COLUMNS: &str =
+    "o.order_id, o.account_id, o.symbol, o.side, o.quantity, o.order_type, \
      o.limit_price, o.stop_price, o.time_in_force, o.status, o.filled_quantity, o.avg_fill_price, \
      o.action_id, o.created_at, o.updated_at";
 
@@ -199,11 +196,7 @@ impl PositionStore for Sqlite {
         self.read(move |c| query(c, &sql, args, position_row)).await
     }
 
-    async fn get_position(
-        &self,
-        account_id: &str,
-        symbol: &str,
-    ) -> StoreResult<Option<Position>> {
+    async fn get_position(&self, account_id: &str, symbol: &str) -> StoreResult<Option<Position>> {
         let args = vec![
             Value::Text(account_id.to_string()),
             Value::Text(symbol.to_string()),
@@ -244,7 +237,12 @@ impl OrderStore for Sqlite {
             sql.push_str(" AND o.status = ?");
             args.push(Value::Text(s.as_str().into()));
         }
-        sql.push_str(&time_after(&page.after, "o.created_at", "o.order_id", &mut args));
+        sql.push_str(&time_after(
+            &page.after,
+            "o.created_at",
+            "o.order_id",
+            &mut args,
+        ));
         sql.push_str(" ORDER BY o.created_at DESC, o.order_id DESC LIMIT ?");
         args.push(Value::Integer(page.limit as i64));
         self.read(move |c| query(c, &sql, args, order_row)).await
@@ -281,7 +279,12 @@ impl JobStore for Sqlite {
             sql.push_str(" AND j.status = ?");
             args.push(Value::Text(s.as_str().into()));
         }
-        sql.push_str(&time_after(&page.after, "j.created_at", "j.job_id", &mut args));
+        sql.push_str(&time_after(
+            &page.after,
+            "j.created_at",
+            "j.job_id",
+            &mut args,
+        ));
         sql.push_str(" ORDER BY j.created_at DESC, j.job_id DESC LIMIT ?");
         args.push(Value::Integer(page.limit as i64));
         self.read(move |c| query(c, &sql, args, job_row)).await
@@ -298,11 +301,9 @@ impl ActionStore for Sqlite {
         let id = action_id.to_string();
         self.read(move |c| {
             let text: Option<String> = c
-                .query_row(
-                    "SELECT body FROM actions WHERE action_id = ?",
-                    [id],
-                    |r| r.get(0),
-                )
+                .query_row("SELECT body FROM actions WHERE action_id = ?", [id], |r| {
+                    r.get(0)
+                })
                 .map(Some)
                 .or_else(|e| match e {
                     rusqlite::Error::QueryReturnedNoRows => Ok(None),
@@ -314,11 +315,7 @@ impl ActionStore for Sqlite {
         .await
     }
 
-    async fn list_unsent(
-        &self,
-        claimed_before: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<ActionRecord>> {
+    async fn list_unsent(&self, claimed_before: i64, limit: u32) -> StoreResult<Vec<ActionRecord>> {
         self.read(move |c| {
             let mut st = c
                 .prepare_cached(
@@ -340,11 +337,7 @@ impl ActionStore for Sqlite {
 impl PlanStore for Sqlite {
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()> {
         let plan_body = serde_json::to_string(plan).map_err(json_err)?;
-        let (id, status, exp) = (
-            plan.plan_id.clone(),
-            "planned".to_string(),
-            plan.expires_at,
-        );
+        let (id, status, exp) = (plan.plan_id.clone(), "planned".to_string(), plan.expires_at);
         let audit = audit.clone();
         self.write(move |tx| {
             tx.execute(
@@ -476,4 +469,3 @@ impl ReadModelWriter for Sqlite {
         .await
     }
 }
-
