@@ -158,6 +158,8 @@ pub struct ApiError {
     pub details: Vec<FieldError>,
     /// Seconds, for 409 in-flight and 429.
     pub retry_after: Option<u64>,
+    /// The action an in-flight idempotency key is working on (409), at the top level.
+    pub action_id: Option<String>,
     /// For logs only; never sent to a client.
     pub cause: Option<String>,
 }
@@ -169,6 +171,7 @@ impl ApiError {
             message: message.into(),
             details: Vec::new(),
             retry_after: None,
+            action_id: None,
             cause: None,
         }
     }

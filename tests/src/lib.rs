@@ -140,6 +140,11 @@ impl Server {
         self.state_dir.clone()
     }
 
+    /// The OS process id of the running server (for CPU accounting in benchmarks).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{BASE}{path}", self.base)
     }
@@ -268,7 +273,7 @@ impl Api {
         }
     }
 
-    async fn send(&self, rb: reqwest::RequestBuilder) -> Resp {
+    async fn try_send(&self, rb: reqwest::RequestBuilder) -> Result<Resp, reqwest::Error> {
         let mut rb = rb;
         if !self.service.is_empty() {
             rb = rb.header("authorization", format!("Bearer {}", self.service));
@@ -276,7 +281,7 @@ impl Api {
         if !self.operator.is_empty() {
             rb = rb.header("x-operator-token", &self.operator);
         }
-        let r = rb.send().await.expect("HTTP request");
+        let r = rb.send().await?;
         let status = r.status().as_u16();
         let h = |n: &str| {
             r.headers()
@@ -286,14 +291,57 @@ impl Api {
         };
         let request_id = h("x-request-id");
         let retry_after = h("retry-after");
-        let text = r.text().await.expect("body");
+        let text = r.text().await?;
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Resp {
+        Ok(Resp {
             status,
             body,
             request_id,
             retry_after,
-        }
+        })
+    }
+
+    async fn send(&self, rb: reqwest::RequestBuilder) -> Resp {
+        self.try_send(rb).await.expect("HTTP request")
+    }
+
+    /// A POST that may fail at the transport level (the server died mid-request).
+    pub async fn try_post(&self, path: &str, body: &Value) -> Result<Resp, reqwest::Error> {
+        self.try_send(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+        .await
+    }
+
+    /// Execute with an `Idempotency-Key` header next to the body's key.
+    pub async fn send_with_header(&self, plan: &Resp, header_key: &str, body_key: &str) -> Resp {
+        let body = serde_json::json!({
+            "plan_id": plan["plan_id"],
+            "confirmation_token": plan["confirmation_token"],
+            "idempotency_key": body_key,
+            "requested_by": "op-energy-trader"
+        });
+        self.send(
+            self.http
+                .post(format!("{}/actions/execute", self.base))
+                .header("content-type", "application/json")
+                .header("idempotency-key", header_key)
+                .body(body.to_string()),
+        )
+        .await
+    }
+
+    /// The execute body for a plan and key.
+    pub fn execute_body(plan: &Resp, key: &str) -> Value {
+        serde_json::json!({
+            "plan_id": plan["plan_id"],
+            "confirmation_token": plan["confirmation_token"],
+            "idempotency_key": key,
+            "requested_by": "op-energy-trader"
+        })
     }
 
     pub async fn get(&self, path: &str) -> Resp {

@@ -41,6 +41,9 @@ pub fn error_body(e: &ApiError) -> serde_json::Value {
     if e.code.is_execute_rejection() {
         body["status"] = json!("rejected");
     }
+    if let Some(a) = &e.action_id {
+        body["action_id"] = json!(a);
+    }
     body
 }
 

@@ -110,6 +110,7 @@ impl Ctx<'_> {
         let mut a = self.audit(now, "rejected");
         a.reason_code = Some(e.code.as_str().into());
         a.reason = Some(e.message.clone());
+        a.action_id = e.action_id.clone();
         if let Some(p) = plan {
             a.action_type = Some(p.action_type);
             a.payload_hash = Some(p.payload_hash.clone());
@@ -253,13 +254,18 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                     Decision::Queued { .. } => unreachable!("handled above"),
                 },
             },
-            KeyState::Claimed { lease_until, .. } if lease_until > now => {
+            KeyState::Claimed {
+                lease_until,
+                action_id,
+                ..
+            } if lease_until > now => {
                 let wait = ((lease_until - now) as u64).div_ceil(1000);
-                let e = ApiError::new(
+                let mut e = ApiError::new(
                     Code::IdempotencyKeyInFlight,
                     format!("The first request with this idempotency key is still running; retry in {wait} s with the same key."),
                 )
                 .retry_after(wait);
+                e.action_id = Some(action_id);
                 Err(ctx.reject(e, None).await)
             }
             KeyState::Claimed {
@@ -582,6 +588,12 @@ async fn accept(
             job_id: Some(new_id("job", now)),
         },
     };
+    let plan_chat = |k: &str| {
+        plan.chat_context
+            .get(k)
+            .and_then(|v| v.as_str())
+            .map(String::from)
+    };
     let message = QueueMessage {
         schema: QUEUE_MESSAGE_SCHEMA.into(),
         action_id: action_id.clone(),
@@ -594,8 +606,19 @@ async fn accept(
         enqueued_at: rfc3339(now),
         trace: Trace {
             request_id: ctx.facts.request_id.to_string(),
-            chat_session_id: ctx.facts.chat.chat_session_id.clone(),
-            tool_call_id: ctx.facts.chat.tool_call_id.clone(),
+            // The execute's chat turn if it named one, else the plan's.
+            chat_session_id: ctx
+                .facts
+                .chat
+                .chat_session_id
+                .clone()
+                .or_else(|| plan_chat("chat_session_id")),
+            tool_call_id: ctx
+                .facts
+                .chat
+                .tool_call_id
+                .clone()
+                .or_else(|| plan_chat("tool_call_id")),
         },
     };
     let action = ActionRecord {
@@ -627,6 +650,8 @@ async fn accept(
     audit.policy_version = Some(plan.policy_version.clone());
     audit.order_id = refs.order_id.clone();
     audit.job_id = refs.job_id.clone();
+    audit.chat_session_id = action.message.trace.chat_session_id.clone();
+    audit.tool_call_id = action.message.trace.tool_call_id.clone();
     let key = key_record(
         ctx,
         now,

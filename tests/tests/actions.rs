@@ -1,0 +1,546 @@
+//! The action protocol over real HTTP against `airlock serve` (embedded backend): plan,
+//! execute, replay rules, concurrency storms, token attacks, the kill switch, rollout
+//! modes, rate limits, crash recovery by retry and by the sweeper, and the audit trail.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use airlock_tests::{forge, Api, Resp, Server, MARKET_OPEN};
+use serde_json::json;
+
+fn start(extra: &[(&str, &str)]) -> Server {
+    let mut env = vec![("AIRLOCK_NOW", MARKET_OPEN)];
+    env.extend_from_slice(extra);
+    Server::start(&env)
+}
+
+async fn executable_plan(t: &Api) -> Resp {
+    let p = t.plan_buy("CLF27", 1).await;
+    assert_eq!(p.status, 200, "{:?}", p.body);
+    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
+    p
+}
+
+fn queue_count(s: &Server) -> i64 {
+    s.queued_messages()
+}
+
+#[tokio::test]
+async fn plan_then_execute_queues_once_and_replays() {
+    let s = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    assert_eq!(p["preview"], "Buy 1 CLF27 at market on ACC-1, day order.");
+    assert_eq!(p["normalized_payload"]["contract_month"], "2027-01");
+    assert_eq!(p["normalized_payload"]["last_trade_date"], "2026-12-21");
+    assert_eq!(p["queue_target"], "worker:orders");
+    assert_eq!(p["requires_confirmation"], true);
+    assert!(p["policy_version"].as_str().unwrap().contains("cme-"));
+    let names: Vec<&str> = p.body["risk_checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for n in [
+        "action_enabled",
+        "kill_switch",
+        "account_allowed",
+        "symbol_valid",
+        "symbol_allowed",
+        "contract_not_expired",
+        "expiry_window",
+        "market_open",
+        "max_order_size",
+        "position_limit",
+        "price_on_tick",
+        "order_type_valid",
+    ] {
+        assert!(names.contains(&n), "check {n} in {names:?}");
+    }
+    let token = p["confirmation_token"].as_str().unwrap();
+    assert_eq!(forge::header(token)["alg"], "ES256");
+    let claims = forge::claims(token);
+    assert_eq!(claims["plan_id"], p["plan_id"]);
+    assert_eq!(claims["requested_by"], "op-energy-trader");
+    assert_eq!(claims["sub"], "mastra-dev");
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        300
+    );
+
+    let e = t.execute(&p, "key-1").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    assert_eq!(e["status"], "queued");
+    let action_id = e["action_id"].as_str().unwrap().to_string();
+    assert!(e["resource_refs"]["order_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("ord_"));
+    assert_eq!(e["plan_id"], p["plan_id"]);
+
+    let d = t.execute(&p, "key-1").await;
+    assert_eq!((d.status, d["status"].as_str()), (200, Some("duplicate")));
+    assert_eq!(d["action_id"], json!(action_id));
+    assert_eq!(d["resource_refs"], e["resource_refs"]);
+    assert_eq!(queue_count(&s), 1);
+
+    let st = t.get(&format!("/actions/{action_id}")).await;
+    assert_eq!(st.status, 200);
+    assert_eq!(st["status"], "queued");
+    assert_eq!(st["plan_id"], p["plan_id"]);
+
+    // The queue message is the public v1 contract.
+    let body: String = s
+        .db()
+        .query_row("SELECT body FROM queue", [], |r| r.get(0))
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(m["schema"], "airlock.action.v1");
+    assert_eq!(m["action_id"], json!(action_id));
+    assert_eq!(m["normalized_payload"]["symbol"], "CLF27");
+    assert_eq!(m["trace"]["chat_session_id"], "chat-1");
+    for f in [
+        "plan_id",
+        "action_type",
+        "resource_refs",
+        "requested_by",
+        "service_principal",
+        "enqueued_at",
+    ] {
+        assert!(!m[f].is_null(), "message field {f}");
+    }
+
+    // The same key with another plan: 422.
+    let p2 = executable_plan(&t).await;
+    let r = t.execute(&p2, "key-1").await;
+    assert_eq!((r.status, r.code()), (422, "idempotency_key_reused"));
+    // A header that disagrees with the body: 400.
+    let r = t.send_with_header(&p2, "key-9", "key-10").await;
+    assert_eq!((r.status, r.code()), (400, "invalid_request"));
+    assert_eq!(queue_count(&s), 1);
+
+    // The audit trail, in time order, through the CLI.
+    let trail = s.cli(&["audit", p["plan_id"].as_str().unwrap()]);
+    let decisions: Vec<String> = trail
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| v["decision"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(decisions, ["planned", "queued", "duplicate"]);
+    let first: serde_json::Value = serde_json::from_str(trail.lines().nth(1).unwrap()).unwrap();
+    for f in [
+        "action_id",
+        "plan_id",
+        "idempotency_key",
+        "operator_id",
+        "service_principal",
+        "payload_hash",
+        "risk_checks",
+        "order_id",
+        "chat_session_id",
+        "tool_call_id",
+        "request_id",
+        "policy_version",
+    ] {
+        assert!(!first[f].is_null(), "audit field {f} in {first}");
+    }
+    let by_action = s.cli(&["audit", &action_id]);
+    assert_eq!(by_action.lines().count(), 3);
+}
+
+#[tokio::test]
+async fn sixty_four_concurrent_executes_with_one_key_queue_exactly_once() {
+    let s = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (t, p) = (t.clone(), p.clone());
+        tasks.push(tokio::spawn(
+            async move { t.execute(&p, "storm-key").await },
+        ));
+    }
+    let mut action_ids = HashSet::new();
+    let (mut queued, mut dup, mut busy) = (0, 0, 0);
+    for task in tasks {
+        let r = task.await.unwrap();
+        match (r.status, r.code()) {
+            (202, _) => queued += 1,
+            (200, _) => dup += 1,
+            (409, "idempotency_key_in_flight") => {
+                busy += 1;
+                assert!(r.retry_after.is_some(), "409 carries Retry-After");
+            }
+            other => panic!("unexpected {other:?}: {:?}", r.body),
+        }
+        action_ids.insert(
+            r["action_id"]
+                .as_str()
+                .expect("every response names the action")
+                .to_string(),
+        );
+    }
+    assert_eq!(queued, 1, "exactly one 202");
+    assert_eq!(queued + dup + busy, 64);
+    assert_eq!(action_ids.len(), 1, "one action id: {action_ids:?}");
+    assert_eq!(queue_count(&s), 1);
+}
+
+#[tokio::test]
+async fn sixty_four_keys_on_one_plan_queue_exactly_once() {
+    let s = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let (t, p) = (t.clone(), p.clone());
+        tasks.push(tokio::spawn(async move {
+            t.execute(&p, &format!("k-{i}")).await
+        }));
+    }
+    let mut codes = Vec::new();
+    for task in tasks {
+        let r = task.await.unwrap();
+        codes.push((r.status, r.code().to_string()));
+    }
+    let queued = codes.iter().filter(|(s, _)| *s == 202).count();
+    let taken = codes
+        .iter()
+        .filter(|(s, c)| *s == 409 && c == "plan_already_executed")
+        .count();
+    assert_eq!((queued, taken), (1, 63), "{codes:?}");
+    assert_eq!(queue_count(&s), 1);
+}
+
+#[tokio::test]
+async fn forged_expired_and_foreign_tokens_are_rejected_and_audited() {
+    let s = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let other = executable_plan(&t).await;
+    let token = p["confirmation_token"].as_str().unwrap().to_string();
+    let plan_id = p["plan_id"].as_str().unwrap().to_string();
+    let claims = forge::claims(&token);
+
+    let pem = forge::public_pem_of(&s.state_dir.join("confirmation-signing-key.pem"));
+    let kid = forge::header(&token)["kid"].as_str().unwrap().to_string();
+    let mut wider = claims.clone();
+    wider["exp"] = json!(claims["exp"].as_i64().unwrap() + 86_400);
+    let cases: Vec<(&str, String)> = vec![
+        ("forged signature", forge::es256_foreign(&token, &claims)),
+        ("edited claims", {
+            let parts: Vec<&str> = token.split('.').collect();
+            format!(
+                "{}.{}.{}",
+                parts[0],
+                forge::b64(wider.to_string().as_bytes()),
+                parts[2]
+            )
+        }),
+        (
+            "another plan's token",
+            other["confirmation_token"].as_str().unwrap().to_string(),
+        ),
+        ("alg none", forge::alg_none(&claims)),
+        (
+            "HS256 with the public key",
+            forge::hs256(&claims, Some(&kid), pem.as_bytes()),
+        ),
+        ("not a token", "abc".into()),
+    ];
+    for (i, (what, bad)) in cases.iter().enumerate() {
+        let r = t.execute_with(&plan_id, bad, &format!("attack-{i}")).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "token_invalid"),
+            "{what}: {:?}",
+            r.body
+        );
+        assert_eq!(r["status"], "rejected");
+    }
+    // Another requester's token: the head trader's plan, executed by the energy trader.
+    let head = t.with_tokens(
+        &t.service,
+        &s.operator_token("op-head-trader", "head_trader", None),
+    );
+    let hp = head
+        .post(
+            "/actions/plan",
+            &json!({"action_type": "order.submit.cl", "payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market"}, "requested_by": "op-head-trader"}),
+        )
+        .await;
+    assert_eq!(hp["executable"], true);
+    let r = t.execute(&hp, "attack-requester").await;
+    assert_eq!((r.status, r.code()), (422, "token_invalid"), "{:?}", r.body);
+    // Claiming to be the head trader in the body is a 403.
+    let r = t
+        .post(
+            "/actions/execute",
+            &json!({"plan_id": hp["plan_id"], "confirmation_token": hp["confirmation_token"], "idempotency_key": "attack-body", "requested_by": "op-head-trader"}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (403, "operator_mismatch"));
+
+    assert_eq!(queue_count(&s), 0, "nothing queued");
+    assert_eq!(
+        s.audit_count("body LIKE '%\"reason_code\":\"token_invalid\"%'"),
+        7,
+        "each attack audited"
+    );
+
+    // Expired: restart the server ten minutes later on the same state dir.
+    let dir = s.crash();
+    let later = Server::start_in(dir, &[("AIRLOCK_NOW", "2026-11-23T15:10:00Z")]);
+    let t2 = later.trader();
+    let r = t2.execute_with(&plan_id, &token, "late").await;
+    assert_eq!((r.status, r.code()), (422, "token_expired"), "{:?}", r.body);
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("expired at 2026-11-23 15:05:"));
+    assert_eq!(later.queued_messages(), 0);
+    assert_eq!(
+        later.audit_count("body LIKE '%\"reason_code\":\"token_expired\"%'"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn kill_switch_closes_plans_and_takes_effect_on_a_running_server() {
+    let s = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let out = s.cli(&["kill-switch", "engage", "--reason", "test drill"]);
+    assert!(out.contains("ENGAGED"), "{out}");
+    let r = t.execute(&p, "ks-1").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (403, "kill_switch_engaged"),
+        "{:?}",
+        r.body
+    );
+    // Decided: the key replays the rejection.
+    let r = t.execute(&p, "ks-1").await;
+    assert_eq!(r.code(), "kill_switch_engaged");
+    // Plans made now fail the kill_switch check, but cancels stay available.
+    let blocked = t.plan_buy("CLF27", 1).await;
+    assert_eq!(blocked["executable"], false);
+    let ks = blocked.body["risk_checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "kill_switch")
+        .unwrap()
+        .clone();
+    assert_eq!(ks["status"], "fail");
+    let cancel = t
+        .post(
+            "/actions/plan",
+            &json!({"action_type": "order.cancel", "payload": {"account_id": "ACC-1", "order_id": "ORD-1003"}, "requested_by": "op-energy-trader"}),
+        )
+        .await;
+    assert_eq!(cancel["executable"], true, "{:?}", cancel.body);
+    let r = t.execute(&cancel, "cancel-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_eq!(r["resource_refs"]["order_id"], "ORD-1003");
+
+    let out = s.cli(&["kill-switch", "release"]);
+    assert!(out.contains("released"), "{out}");
+    // The closed plan stays closed, under any key.
+    let r = t.execute(&p, "ks-2").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "plan_not_executable"),
+        "{:?}",
+        r.body
+    );
+    let r = t.execute(&p, "ks-1").await;
+    assert_eq!(
+        r.code(),
+        "kill_switch_engaged",
+        "the first key still replays its decision"
+    );
+    // A new plan goes through.
+    let fresh = executable_plan(&t).await;
+    assert_eq!(t.execute(&fresh, "ks-3").await.status, 202);
+    assert_eq!(queue_count(&s), 2);
+    let status = s.cli(&["kill-switch", "status"]);
+    assert!(status.contains("released"));
+}
+
+#[tokio::test]
+async fn rollout_modes_and_rate_limits() {
+    let s = start(&[("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "2")]);
+    let t = s.trader();
+    s.cli(&["rollout", "order.submit.cl", "plan_only"]);
+    let p = t.plan_buy("CLF27", 1).await;
+    assert_eq!(p["executable"], false);
+    let c = p.body["risk_checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "action_enabled")
+        .unwrap()
+        .clone();
+    assert_eq!(c["status"], "fail");
+    assert!(c["reason"].as_str().unwrap().contains("plan_only"));
+    let r = t.execute(&p, "ro-0").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (400, "invalid_request"),
+        "no token was issued: {:?}",
+        r.body
+    );
+    assert_eq!(
+        r.body["error"]["details"][0]["field"],
+        "/confirmation_token"
+    );
+
+    s.cli(&["rollout", "order.submit.cl", "execute"]);
+    let p = executable_plan(&t).await;
+    s.cli(&["rollout", "order.submit.cl", "disabled"]);
+    let r = t.execute(&p, "ro-1").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (403, "action_disabled"),
+        "{:?}",
+        r.body
+    );
+    s.cli(&["rollout", "order.submit.cl", "execute"]);
+
+    // Two decided executes per minute; the third is 429 and can be retried later.
+    for i in 0..2 {
+        let p = executable_plan(&t).await;
+        assert_eq!(t.execute(&p, &format!("rl-{i}")).await.status, 202);
+    }
+    let p = executable_plan(&t).await;
+    let r = t.execute(&p, "rl-2").await;
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{:?}", r.body);
+    let wait: u64 = r.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait));
+    // Not a decision: the key is free and the plan still open.
+    let again = t.execute(&p, "rl-2").await;
+    assert_eq!(again.code(), "rate_limited");
+    assert_eq!(queue_count(&s), 2);
+}
+
+#[tokio::test]
+async fn a_crash_after_the_commit_is_finished_by_a_retry() {
+    let s = start(&[("AIRLOCK_FAILPOINTS", "execute.after_commit")]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let sent = t
+        .try_post("/actions/execute", &Api::execute_body(&p, "crash-1"))
+        .await;
+    assert!(sent.is_err(), "the server died mid-request: {sent:?}");
+    let dir = s.wait_exit(Duration::from_secs(10));
+
+    // Same instant: the first attempt's lease (10 s) is still live.
+    let again = Server::start_in(
+        dir,
+        &[
+            ("AIRLOCK_NOW", MARKET_OPEN),
+            ("AIRLOCK_SWEEP_AFTER_MS", "3600000"),
+        ],
+    );
+    assert_eq!(again.queued_messages(), 0, "committed but never sent");
+    let t = again.trader();
+    let r = t.execute(&p, "crash-1").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "idempotency_key_in_flight"),
+        "{:?}",
+        r.body
+    );
+    let action_id = r["action_id"].as_str().unwrap().to_string();
+
+    // Later, after the lease: the retry resumes at the enqueue.
+    let dir = again.crash();
+    let later = Server::start_in(
+        dir,
+        &[
+            ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),
+            ("AIRLOCK_SWEEP_AFTER_MS", "3600000"),
+        ],
+    );
+    let t = later.trader();
+    let r = t.execute(&p, "crash-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_eq!(r["action_id"], json!(action_id));
+    let r = t.execute(&p, "crash-1").await;
+    assert_eq!(
+        (r.status, r["action_id"].as_str()),
+        (200, Some(action_id.as_str()))
+    );
+    assert_eq!(later.queued_messages(), 1);
+    assert_eq!(
+        later.audit_count("body LIKE '%\"decision\":\"resent\"%'"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_crash_after_the_commit_is_finished_by_the_sweeper() {
+    let s = start(&[("AIRLOCK_FAILPOINTS", "execute.after_commit")]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let sent = t
+        .try_post("/actions/execute", &Api::execute_body(&p, "crash-2"))
+        .await;
+    assert!(sent.is_err(), "the server died mid-request: {sent:?}");
+    let dir = s.wait_exit(Duration::from_secs(10));
+    // Two minutes later nobody has retried; the sweeper sends it.
+    let later = Server::start_in(
+        dir,
+        &[
+            ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),
+            ("AIRLOCK_SWEEP_INTERVAL_MS", "100"),
+        ],
+    );
+    let mut n = 0;
+    for _ in 0..100 {
+        n = later.queued_messages();
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(n, 1, "the sweeper queued the action");
+    let t = later.trader();
+    let r = t.execute(&p, "crash-2").await;
+    assert_eq!(
+        (r.status, r["status"].as_str()),
+        (200, Some("duplicate")),
+        "{:?}",
+        r.body
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(later.queued_messages(), 1, "never twice");
+}
+
+#[tokio::test]
+async fn a_decided_key_replays_after_the_token_expired() {
+    let s = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let first = t.execute(&p, "replay-1").await;
+    assert_eq!(first.status, 202);
+    let dir = s.crash();
+    let later = Server::start_in(dir, &[("AIRLOCK_NOW", "2026-11-23T20:00:00Z")]);
+    let t = later.trader();
+    let r = t.execute(&p, "replay-1").await;
+    assert_eq!(
+        (r.status, r["status"].as_str()),
+        (200, Some("duplicate")),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(r["action_id"], first["action_id"]);
+    assert_eq!(later.queued_messages(), 1);
+    // Past the 24-hour window the key is forgotten; the token has long expired.
+    let dir = later.crash();
+    let next_day = Server::start_in(dir, &[("AIRLOCK_NOW", "2026-11-24T16:00:00Z")]);
+    let r = next_day.trader().execute(&p, "replay-1").await;
+    assert_eq!(r.code(), "token_expired");
+}
