@@ -1,0 +1,267 @@
+//! CL rules through HTTP with `AIRLOCK_NOW` pinned: market hours, expiry, the close-only
+//! window, symbol rules, and the execute-time re-check.
+
+use airlock_tests::{Resp, Server};
+use serde_json::json;
+
+fn check<'a>(plan: &'a Resp, name: &str) -> &'a serde_json::Value {
+    plan.body["risk_checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {:?}", plan.body))
+}
+
+async fn plan_at(now: &str, symbol: &str, side: &str, qty: u32) -> Resp {
+    let s = Server::start(&[("AIRLOCK_NOW", now)]);
+    let t = s.trader();
+    t.post(
+        "/actions/plan",
+        &json!({"action_type": "order.submit.cl", "payload": {"account_id": "ACC-1", "symbol": symbol, "side": side, "quantity": qty, "order_type": "market"}, "requested_by": "op-energy-trader"}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn market_open_follows_the_globex_week_halts_and_holidays() {
+    // Monday 09:00 CT: open, executable.
+    let p = plan_at("2026-11-23T15:00:00Z", "CLF27", "buy", 1).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    assert_eq!(check(&p, "market_open")["status"], "pass");
+
+    // The daily halt, Monday 16:30 CT.
+    let p = plan_at("2026-11-23T22:30:00Z", "CLF27", "buy", 1).await;
+    let c = check(&p, "market_open");
+    assert_eq!(
+        (c["status"].as_str(), p["executable"].as_bool()),
+        (Some("fail"), Some(false))
+    );
+    assert!(c["reason"].as_str().unwrap().contains("halt"), "{c}");
+    assert!(p["confirmation_token"].is_null());
+
+    // Saturday.
+    let p = plan_at("2026-11-21T18:00:00Z", "CLF27", "buy", 1).await;
+    let c = check(&p, "market_open");
+    assert_eq!(c["status"], "fail");
+    assert!(c["reason"].as_str().unwrap().contains("weekend"), "{c}");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .contains("17:00 CT on 2026-11-22"),
+        "{c}"
+    );
+
+    // Christmas Day, a full exchange holiday (a Friday in 2026).
+    let p = plan_at("2026-12-25T16:00:00Z", "CLG27", "buy", 1).await;
+    let c = check(&p, "market_open");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("christmas"),
+        "{c}"
+    );
+
+    // Sunday 17:05 CT (23:05Z in November, CST): open again.
+    let p = plan_at("2026-11-22T23:05:00Z", "CLF27", "buy", 1).await;
+    assert_eq!(check(&p, "market_open")["status"], "pass", "{:?}", p.body);
+}
+
+#[tokio::test]
+async fn expired_contracts_and_the_close_only_window() {
+    // CLZ26 stopped trading at 13:30 CT on Friday 2026-11-20.
+    let p = plan_at("2026-11-23T15:00:00Z", "CLZ26", "buy", 1).await;
+    let c = check(&p, "contract_not_expired");
+    assert_eq!(c["status"], "fail");
+    assert_eq!(
+        c["reason"],
+        "CLZ26 stopped trading at 13:30 CT on 2026-11-20"
+    );
+    assert_eq!(p["normalized_payload"]["last_trade_date"], "2026-11-20");
+    // Ten minutes before the cut-off it still trades.
+    let p = plan_at("2026-11-20T19:20:00Z", "CLZ26", "sell", 1).await;
+    assert_eq!(
+        check(&p, "contract_not_expired")["status"],
+        "pass",
+        "{:?}",
+        p.body
+    );
+
+    // CLF27's last trading day is Mon 2026-12-21; on Thu 2026-12-17 it is two business
+    // days away: close-only. ACC-1 holds +3 CLF27 in the demo data seeded a month before.
+    let seeded = Server::start(&[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
+    let dir = seeded.crash();
+    let s = Server::start_in(dir, &[("AIRLOCK_NOW", "2026-12-17T15:00:00Z")]);
+    let t = s.trader();
+    let order = |side: &str, qty: u32| json!({"action_type": "order.submit.cl", "payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": side, "quantity": qty, "order_type": "market"}, "requested_by": "op-energy-trader"});
+    let buy = t.post("/actions/plan", &order("buy", 1)).await;
+    let c = check(&buy, "expiry_window");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(c["reason"].as_str().unwrap().contains("holds +3"), "{c}");
+    assert_eq!(buy["executable"], false);
+    let sell = t.post("/actions/plan", &order("sell", 2)).await;
+    assert_eq!(
+        check(&sell, "expiry_window")["status"],
+        "pass",
+        "{:?}",
+        sell.body
+    );
+    assert_eq!(sell["executable"], true, "{:?}", sell.body);
+    // Selling more than the position would flip it: not reducing.
+    let flip = t.post("/actions/plan", &order("sell", 5)).await;
+    assert_eq!(check(&flip, "expiry_window")["status"], "fail");
+}
+
+#[tokio::test]
+async fn symbols_sizes_prices_and_order_types() {
+    let s = Server::start(&[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
+    let t = s.trader();
+    let plan = |payload: serde_json::Value| {
+        let t = t.clone();
+        async move {
+            t.post("/actions/plan", &json!({"action_type": "order.submit.cl", "payload": payload, "requested_by": "op-energy-trader"}))
+                .await
+        }
+    };
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF7", "side": "buy", "quantity": 1, "order_type": "market"})).await;
+    assert_eq!(p.status, 200);
+    let c = check(&p, "symbol_valid");
+    assert_eq!(c["status"], "fail");
+    assert!(
+        c["reason"].as_str().unwrap().contains("CLF27 or CLF2027"),
+        "{c}"
+    );
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "clf2027", "side": "buy", "quantity": 1, "order_type": "market"})).await;
+    assert_eq!(p["normalized_payload"]["symbol"], "CLF27");
+    assert_eq!(p["executable"], true);
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF40", "side": "buy", "quantity": 1, "order_type": "market"})).await;
+    assert_eq!(
+        check(&p, "symbol_valid")["status"],
+        "fail",
+        "beyond the listed horizon"
+    );
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "NGF27", "side": "buy", "quantity": 1, "order_type": "market"})).await;
+    assert_eq!(check(&p, "symbol_valid")["status"], "fail");
+
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 11, "order_type": "market"})).await;
+    assert_eq!(check(&p, "max_order_size")["status"], "fail");
+    let p = plan(json!({"account_id": "ACC-2", "symbol": "CLF27", "side": "buy", "quantity": 10, "order_type": "market"})).await;
+    assert_eq!(
+        check(&p, "position_limit")["status"],
+        "pass",
+        "10 + 10 = 20 <= 50"
+    );
+    let p = plan(json!({"account_id": "ACC-4", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market"})).await;
+    assert_eq!(
+        check(&p, "account_allowed")["status"],
+        "fail",
+        "suspended account"
+    );
+
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit", "limit_price": 68.455})).await;
+    assert_eq!(check(&p, "price_on_tick")["status"], "fail");
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit", "limit_price": "-37.63"})).await;
+    assert_eq!(
+        check(&p, "price_on_tick")["status"],
+        "pass",
+        "negative prices trade by default"
+    );
+    assert_eq!(p["normalized_payload"]["limit_price"], "-37.63");
+    assert_eq!(
+        p["preview"],
+        "Buy 1 CLF27 limit -37.63 on ACC-1, day order."
+    );
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit"})).await;
+    assert_eq!(
+        check(&p, "order_type_valid")["status"],
+        "fail",
+        "limit needs a price"
+    );
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market", "stop_price": 60})).await;
+    assert_eq!(
+        check(&p, "order_type_valid")["status"],
+        "fail",
+        "market takes no price"
+    );
+    let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "sell", "quantity": 1, "order_type": "stop_limit", "stop_price": 60, "limit_price": "59.90", "time_in_force": "gtc"})).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    assert_eq!(
+        p["preview"],
+        "Sell 1 CLF27 stop 60.00 limit 59.90 on ACC-1, good till cancelled."
+    );
+
+    // Cancels: the order must exist on that account and still be cancellable.
+    let cancel = |order: &str| {
+        let t = t.clone();
+        let order = order.to_string();
+        async move {
+            t.post("/actions/plan", &json!({"action_type": "order.cancel", "payload": {"account_id": "ACC-1", "order_id": order}, "requested_by": "op-energy-trader"}))
+                .await
+        }
+    };
+    assert_eq!(cancel("ORD-1003").await["executable"], true);
+    assert_eq!(
+        check(&cancel("ORD-1001").await, "order_cancellable")["status"],
+        "fail",
+        "filled"
+    );
+    assert_eq!(
+        check(&cancel("ORD-1004").await, "order_exists")["status"],
+        "fail",
+        "on ACC-2"
+    );
+    assert_eq!(
+        check(&cancel("ORD-9999").await, "order_exists")["status"],
+        "fail"
+    );
+    // Syncs: the account is active.
+    let sync = t
+        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-4"}, "requested_by": "op-energy-trader"}))
+        .await;
+    assert_eq!(check(&sync, "account_allowed")["status"], "fail");
+    let sync = t
+        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-2"}, "requested_by": "op-energy-trader"}))
+        .await;
+    assert_eq!(sync["executable"], true);
+    assert_eq!(sync["queue_target"], "worker:jobs");
+    let e = t.execute(&sync, "sync-1").await;
+    assert_eq!(e.status, 202);
+    assert!(e["resource_refs"]["job_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("job_"));
+}
+
+#[tokio::test]
+async fn execute_re_runs_the_time_sensitive_checks() {
+    // Planned at 15:58 CT, executed after the 16:00 CT halt began.
+    let s = Server::start(&[("AIRLOCK_NOW", "2026-11-23T21:58:00Z")]);
+    let p = s.trader().plan_buy("CLF27", 1).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    let dir = s.crash();
+    let later = Server::start_in(dir, &[("AIRLOCK_NOW", "2026-11-23T22:01:00Z")]);
+    let t = later.trader();
+    let r = t.execute(&p, "halt-1").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "policy_violation"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(
+        r.body["error"]["details"][0]["field"],
+        "risk_checks/market_open"
+    );
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("reopens"));
+    assert_eq!(later.queued_messages(), 0);
+    // The plan is closed: it cannot run later either.
+    let r = t.execute(&p, "halt-2").await;
+    assert_eq!(r.code(), "plan_not_executable");
+}
