@@ -5,104 +5,55 @@
 
 use std::fmt;
 
-/// Stable error codes of the contract. The HTTP status of each lives in `http::error`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Code {
-    InvalidRequest,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-    NotFound,
-    MethodNotAllowed,
-    Unauthenticated,
-    OperatorUnauthenticated,
-    InsufficientScope,
-    OperatorMismatch,
-    InvalidCursor,
-    AccountNotFound,
-    OrderNotFound,
-    ActionNotFound,
-    PlanNotFound,
-    TokenInvalid,
-    TokenExpired,
-    PlanExpired,
-    PlanNotExecutable,
-    PlanAlreadyExecuted,
-    IdempotencyKeyReused,
-    IdempotencyKeyInFlight,
-    KillSwitchEngaged,
-    ActionDisabled,
-    PolicyViolation,
-    RateLimited,
-    UpstreamUnavailable,
-    Internal,
+macro_rules! codes {
+    ($($variant:ident => $text:literal,)+) => {
+        /// Stable error codes of the contract. The HTTP status of each lives in `http::error`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code { $($variant),+ }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(Code::$variant => $text),+ }
+            }
+        }
+    };
+}
+
+codes! {
+    InvalidRequest => "invalid_request",
+    PayloadTooLarge => "payload_too_large",
+    UnsupportedMediaType => "unsupported_media_type",
+    NotFound => "not_found",
+    MethodNotAllowed => "method_not_allowed",
+    Unauthenticated => "unauthenticated",
+    OperatorUnauthenticated => "operator_unauthenticated",
+    InsufficientScope => "insufficient_scope",
+    OperatorMismatch => "operator_mismatch",
+    InvalidCursor => "invalid_cursor",
+    AccountNotFound => "account_not_found",
+    OrderNotFound => "order_not_found",
+    ActionNotFound => "action_not_found",
+    PlanNotFound => "plan_not_found",
+    TokenInvalid => "token_invalid",
+    TokenExpired => "token_expired",
+    PlanExpired => "plan_expired",
+    PlanNotExecutable => "plan_not_executable",
+    PlanAlreadyExecuted => "plan_already_executed",
+    IdempotencyKeyReused => "idempotency_key_reused",
+    IdempotencyKeyInFlight => "idempotency_key_in_flight",
+    KillSwitchEngaged => "kill_switch_engaged",
+    ActionDisabled => "action_disabled",
+    PolicyViolation => "policy_violation",
+    RateLimited => "rate_limited",
+    UpstreamUnavailable => "upstream_unavailable",
+    Internal => "internal",
 }
 
 impl Code {
-    pub fn as_str(self) -> &'static str {
-        use Code::*;
-        match self {
-            InvalidRequest => "invalid_request",
-            PayloadTooLarge => "payload_too_large",
-            UnsupportedMediaType => "unsupported_media_type",
-            NotFound => "not_found",
-            MethodNotAllowed => "method_not_allowed",
-            Unauthenticated => "unauthenticated",
-            OperatorUnauthenticated => "operator_unauthenticated",
-            InsufficientScope => "insufficient_scope",
-            OperatorMismatch => "operator_mismatch",
-            InvalidCursor => "invalid_cursor",
-            AccountNotFound => "account_not_found",
-            OrderNotFound => "order_not_found",
-            ActionNotFound => "action_not_found",
-            PlanNotFound => "plan_not_found",
-            TokenInvalid => "token_invalid",
-            TokenExpired => "token_expired",
-            PlanExpired => "plan_expired",
-            PlanNotExecutable => "plan_not_executable",
-            PlanAlreadyExecuted => "plan_already_executed",
-            IdempotencyKeyReused => "idempotency_key_reused",
-            IdempotencyKeyInFlight => "idempotency_key_in_flight",
-            KillSwitchEngaged => "kill_switch_engaged",
-            ActionDisabled => "action_disabled",
-            PolicyViolation => "policy_violation",
-            RateLimited => "rate_limited",
-            UpstreamUnavailable => "upstream_unavailable",
-            Internal => "internal",
-        }
-    }
-
     pub fn parse(s: &str) -> Option<Code> {
-        use Code::*;
-        const ALL: &[Code] = &[
-            InvalidRequest,
-            PayloadTooLarge,
-            UnsupportedMediaType,
-            NotFound,
-            MethodNotAllowed,
-            Unauthenticated,
-            OperatorUnauthenticated,
-            InsufficientScope,
-            OperatorMismatch,
-            InvalidCursor,
-            AccountNotFound,
-            OrderNotFound,
-            ActionNotFound,
-            PlanNotFound,
-            TokenInvalid,
-            TokenExpired,
-            PlanExpired,
-            PlanNotExecutable,
-            PlanAlreadyExecuted,
-            IdempotencyKeyReused,
-            IdempotencyKeyInFlight,
-            KillSwitchEngaged,
-            ActionDisabled,
-            PolicyViolation,
-            RateLimited,
-            UpstreamUnavailable,
-            Internal,
-        ];
-        ALL.iter().copied().find(|c| c.as_str() == s)
+        Code::ALL.iter().copied().find(|c| c.as_str() == s)
     }
 
     /// Rejections of `POST /actions/execute` (the contract's execute table) carry

@@ -11,7 +11,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
-use crate::protocol::reads::{self, PageRequest};
+use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/accounts"), get(handler))
@@ -23,10 +23,7 @@ async fn handler(
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
-    let page = PageRequest {
-        limit: q.limit()?,
-        cursor: q.text("cursor")?,
-    };
+    let page = q.page()?;
     q.finish()?;
     let l = reads::accounts(&st, &caller, &page).await?;
     Ok(Json(views::listing("accounts", &l, views::account)))

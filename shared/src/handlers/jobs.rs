@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
 use crate::ports::JobFilter;
-use crate::protocol::reads::{self, PageRequest};
+use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/jobs"), get(handler))
@@ -28,10 +28,7 @@ async fn handler(
         kind: q.parsed("kind")?,
         status: q.parsed("status")?,
     };
-    let page = PageRequest {
-        limit: q.limit()?,
-        cursor: q.text("cursor")?,
-    };
+    let page = q.page()?;
     q.finish()?;
     let l = reads::jobs(&st, &caller, filter, &page).await?;
     Ok(Json(views::listing("jobs", &l, views::job)))

@@ -11,7 +11,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
-use crate::protocol::reads::{self, PageRequest};
+use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/positions"), get(handler))
@@ -24,10 +24,7 @@ async fn handler(
 ) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
     let account_id = q.text("account_id")?;
-    let page = PageRequest {
-        limit: q.limit()?,
-        cursor: q.text("cursor")?,
-    };
+    let page = q.page()?;
     q.finish()?;
     let l = reads::positions(&st, &caller, account_id.as_deref(), &page).await?;
     Ok(Json(views::listing("positions", &l, views::position)))

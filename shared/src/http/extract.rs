@@ -231,6 +231,14 @@ impl QueryParams {
         }
     }
 
+    /// `limit` and `cursor`, the paging parameters of every listing.
+    pub fn page(&mut self) -> Result<crate::protocol::reads::PageRequest, ApiError> {
+        Ok(crate::protocol::reads::PageRequest {
+            limit: self.limit()?,
+            cursor: self.text("cursor")?,
+        })
+    }
+
     /// Refuses any parameter not taken.
     pub fn finish(self) -> Result<(), ApiError> {
         match self.params.keys().next() {

@@ -750,31 +750,13 @@ async fn resume(
         .await?
         .ok_or_else(|| ApiError::internal(format!("claimed action {action_id} has no record")))?;
     send_and_finish(st, rec, &new_owner, &action, now).await?;
-    let mut audit = AuditRecord {
-        audit_id: new_id("aud", now),
-        at: now,
-        event: "execute".into(),
-        decision: "resent".into(),
-        reason_code: None,
-        reason: Some(
-            "a retry with the same idempotency key finished an interrupted execute".into(),
-        ),
-        action_type: Some(action.action_type),
-        plan_id: Some(action.plan_id.clone()),
-        action_id: Some(action.action_id.clone()),
-        idempotency_key: Some(rec.key.clone()),
-        operator_id: action.requested_by.clone(),
-        service_principal: action.service_principal.clone(),
-        payload_hash: None,
-        risk_checks: Vec::new(),
-        order_id: action.resource_refs.order_id.clone(),
-        job_id: action.resource_refs.job_id.clone(),
-        chat_session_id: action.message.trace.chat_session_id.clone(),
-        tool_call_id: action.message.trace.tool_call_id.clone(),
-        request_id: crate::http::observe::current_request_id(),
-        policy_version: None,
-    };
-    audit.reason_code = None;
+    let audit = resent_audit(
+        &action,
+        &rec.key,
+        "a retry with the same idempotency key finished an interrupted execute",
+        crate::http::observe::current_request_id(),
+        now,
+    );
     st.ports.audit.append(&audit).await?;
     Ok(Some(ExecuteOutcome::Queued(Accepted {
         action_id: action.action_id.clone(),
@@ -783,4 +765,36 @@ async fn resume(
         resource_refs: action.resource_refs.clone(),
         plan_id: action.plan_id.clone(),
     })))
+}
+
+/// The audit record of an action sent late, by a retry or by the sweeper.
+pub(crate) fn resent_audit(
+    action: &ActionRecord,
+    key: &str,
+    reason: &str,
+    request_id: String,
+    now: Millis,
+) -> AuditRecord {
+    AuditRecord {
+        audit_id: new_id("aud", now),
+        at: now,
+        event: "execute".into(),
+        decision: "resent".into(),
+        reason_code: None,
+        reason: Some(reason.into()),
+        action_type: Some(action.action_type),
+        plan_id: Some(action.plan_id.clone()),
+        action_id: Some(action.action_id.clone()),
+        idempotency_key: Some(key.to_string()),
+        operator_id: action.requested_by.clone(),
+        service_principal: action.service_principal.clone(),
+        payload_hash: None,
+        risk_checks: Vec::new(),
+        order_id: action.resource_refs.order_id.clone(),
+        job_id: action.resource_refs.job_id.clone(),
+        chat_session_id: action.message.trace.chat_session_id.clone(),
+        tool_call_id: action.message.trace.tool_call_id.clone(),
+        request_id,
+        policy_version: None,
+    }
 }

@@ -5,8 +5,8 @@
 use crate::app::AppState;
 use crate::domain::new_id;
 use crate::error::ApiError;
-use crate::protocol::execute::send_and_finish;
-use crate::records::{AuditRecord, KeyState};
+use crate::protocol::execute::{resent_audit, send_and_finish};
+use crate::records::KeyState;
 
 /// One pass; returns how many actions it sent.
 pub async fn sweep_once(st: &AppState) -> Result<usize, ApiError> {
@@ -58,30 +58,13 @@ pub async fn sweep_once(st: &AppState) -> Result<usize, ApiError> {
         tracing::warn!(action_id = %action.action_id, "sweeper sent an action left unsent");
         st.ports
             .audit
-            .append(&AuditRecord {
-                audit_id: new_id("aud", now),
-                at: now,
-                event: "execute".into(),
-                decision: "resent".into(),
-                reason_code: None,
-                reason: Some(
-                    "the sweeper sent an action that was accepted but never queued".into(),
-                ),
-                action_type: Some(action.action_type),
-                plan_id: Some(action.plan_id.clone()),
-                action_id: Some(action.action_id.clone()),
-                idempotency_key: Some(key.key.clone()),
-                operator_id: action.requested_by.clone(),
-                service_principal: action.service_principal.clone(),
-                payload_hash: None,
-                risk_checks: Vec::new(),
-                order_id: action.resource_refs.order_id.clone(),
-                job_id: action.resource_refs.job_id.clone(),
-                chat_session_id: action.message.trace.chat_session_id.clone(),
-                tool_call_id: action.message.trace.tool_call_id.clone(),
-                request_id: action.message.trace.request_id.clone(),
-                policy_version: None,
-            })
+            .append(&resent_audit(
+                &action,
+                &key.key,
+                "the sweeper sent an action that was accepted but never queued",
+                action.message.trace.request_id.clone(),
+                now,
+            ))
             .await?;
     }
     Ok(sent)
