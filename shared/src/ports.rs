@@ -127,8 +127,18 @@ pub struct ExecuteCommit {
     pub require_execute_allowed: Option<crate::domain::ActionType>,
     /// The operator's rate state must still be at `expected_version`; it is replaced.
     pub rate: Option<(u64, RateState)>,
+    /// The account's position in the contract must lie in this range (absent counts as 0).
+    pub position_within: Option<PositionBounds>,
     pub action: Option<ActionRecord>,
     pub audit: AuditRecord,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PositionBounds {
+    pub account_id: String,
+    pub symbol: String,
+    pub min: i64,
+    pub max: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +147,17 @@ pub enum Conflict {
     Plan,
     Control,
     Rate,
+    Position,
+}
+
+/// Everything execute reads before it decides, in one round trip.
+#[derive(Debug, Clone)]
+pub struct ExecuteSnapshot {
+    /// The live idempotency record (expired ones count as absent).
+    pub key: Option<KeyRecord>,
+    pub plan: Option<PlanRecord>,
+    pub control: Control,
+    pub rate: RateState,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +176,16 @@ pub trait ExecuteLedger: Send + Sync {
         key: &str,
         now: Millis,
     ) -> StoreResult<Option<KeyRecord>>;
-    async fn get_rate(&self, operator_id: &str) -> StoreResult<RateState>;
+    /// The key, the plan, the control record and the operator's rate state, read together
+    /// (one consistent read in SQLite, one `BatchGetItem` in DynamoDB).
+    async fn snapshot(
+        &self,
+        principal: &str,
+        key: &str,
+        plan_id: &str,
+        operator_id: &str,
+        now: Millis,
+    ) -> StoreResult<ExecuteSnapshot>;
     async fn commit(&self, c: &ExecuteCommit, now: Millis) -> StoreResult<CommitOutcome>;
     /// After the enqueue: the key becomes decided and the action sent, only if `lease_owner`
     /// still holds the key (a late first attempt cannot overwrite a new owner's record).

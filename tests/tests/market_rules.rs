@@ -265,3 +265,44 @@ async fn execute_re_runs_the_time_sensitive_checks() {
     let r = t.execute(&p, "halt-2").await;
     assert_eq!(r.code(), "plan_not_executable");
 }
+
+#[tokio::test]
+async fn execute_checks_the_position_limit_against_the_current_position() {
+    let s = Server::start(&[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
+    let t = s.trader();
+    let p = t.plan_buy("CLF27", 5).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    // Fills elsewhere moved ACC-1 to +48 CLF27 since the plan: +5 would breach 50.
+    s.db()
+        .execute(
+            "UPDATE positions SET quantity = 48 WHERE account_id = 'ACC-1' AND symbol = 'CLF27'",
+            [],
+        )
+        .unwrap();
+    let r = t.execute(&p, "pos-1").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "policy_violation"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(
+        r.body["error"]["details"][0]["field"],
+        "risk_checks/position_limit"
+    );
+    assert!(
+        r.body["error"]["message"].as_str().unwrap().contains("+53"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(s.queued_messages(), 0);
+    // Within the limit again, a new plan goes through.
+    s.db()
+        .execute(
+            "UPDATE positions SET quantity = 45 WHERE account_id = 'ACC-1' AND symbol = 'CLF27'",
+            [],
+        )
+        .unwrap();
+    let p = t.plan_buy("CLF27", 5).await;
+    assert_eq!(t.execute(&p, "pos-2").await.status, 202);
+}

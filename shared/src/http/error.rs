@@ -64,6 +64,11 @@ impl IntoResponse for ApiError {
             );
         }
         let mut resp = (status, axum::Json(error_body(&self))).into_response();
+        if self.code == Code::PayloadTooLarge {
+            // The unread body makes the connection unusable: tell the client not to reuse it.
+            resp.headers_mut()
+                .insert("connection", HeaderValue::from_static("close"));
+        }
         if let Some(s) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
                 resp.headers_mut().insert("retry-after", v);

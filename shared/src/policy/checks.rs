@@ -7,7 +7,7 @@ use super::Policy;
 use crate::domain::calendar::{chicago_label, ExchangeCalendar, MarketState};
 use crate::domain::cl::ClContract;
 use crate::domain::{
-    Account, AccountStatus, ActionType, Order, OrderSubmitCl, OrderType, Price, TimeInForce,
+    Account, AccountStatus, ActionType, Order, OrderSubmitCl, OrderType, Price, Side, TimeInForce,
 };
 use crate::records::{Control, RiskCheck, RolloutMode};
 
@@ -16,7 +16,7 @@ pub struct OrderInputs<'a> {
     pub policy: &'a Policy,
     pub calendar: &'a ExchangeCalendar,
     pub now: DateTime<Utc>,
-    pub account: &'a Account,
+    pub account_id: &'a str,
     pub order: &'a OrderSubmitCl,
     /// Parsed symbol, if it parses.
     pub contract: Option<ClContract>,
@@ -83,12 +83,12 @@ fn account_allowed(policy: &Policy, a: &Account) -> RiskCheck {
 }
 
 /// The checks of `order.submit.cl` at plan time, in the contract's order.
-pub fn check_order_submit(i: &OrderInputs, control: &Control) -> Vec<RiskCheck> {
+pub fn check_order_submit(i: &OrderInputs, account: &Account, control: &Control) -> Vec<RiskCheck> {
     let a = ActionType::OrderSubmitCl;
     let mut out = vec![
         action_enabled(control, a),
         kill_switch(control, a),
-        account_allowed(i.policy, i.account),
+        account_allowed(i.policy, account),
         symbol_valid(i),
         symbol_allowed(i),
     ];
@@ -103,6 +103,46 @@ pub fn check_order_submit(i: &OrderInputs, control: &Control) -> Vec<RiskCheck> 
 /// `position_limit`.
 pub fn recheck_order_at_execute(i: &OrderInputs) -> Vec<RiskCheck> {
     time_and_size_checks(i)
+}
+
+/// The re-checks that do not depend on the position (`i.position` is ignored).
+pub fn recheck_order_without_position(i: &OrderInputs) -> Vec<RiskCheck> {
+    vec![contract_not_expired(i), market_open(i), max_order_size(i)]
+}
+
+/// The current positions (inclusive range) for which `position_limit` and `expiry_window`
+/// pass, given that the other re-checks pass. Execute checks the account's position against
+/// this range inside its atomic commit, instead of reading the position first; the range is
+/// exact (a property test compares it with the checks). `i.position` is ignored.
+pub fn position_bounds(i: &OrderInputs) -> (i64, i64) {
+    let q = i.order.quantity.get() as i64;
+    let max = i.policy.max_position as i64;
+    // position_limit passes when |after| <= max, or when the order moves the position
+    // strictly toward zero (|pos + q| < |pos|, i.e. pos < -q/2 for a buy).
+    let (mut lo, mut hi) = match i.order.side {
+        Side::Buy => (i64::MIN, (max - q).max((-q - 1).div_euclid(2))),
+        Side::Sell => ((q - max).min(q.div_euclid(2) + 1), i64::MAX),
+    };
+    // In the close-only window only reducing orders pass: a buy needs pos <= -q.
+    if in_close_only_window(i) {
+        match i.order.side {
+            Side::Buy => hi = hi.min(-q),
+            Side::Sell => lo = lo.max(q),
+        }
+    }
+    (lo, hi)
+}
+
+/// Whether the contract is tradable but within the policy's close-only window.
+fn in_close_only_window(i: &OrderInputs) -> bool {
+    let Some(c) = i.contract else { return false };
+    if i.now >= c.trading_stops_at(i.calendar) {
+        return false;
+    }
+    let left = i
+        .calendar
+        .business_days_between(chicago_date(i.now), c.last_trade_date(i.calendar));
+    left <= i.policy.close_only_business_days as i64
 }
 
 fn time_and_size_checks(i: &OrderInputs) -> Vec<RiskCheck> {
@@ -194,13 +234,12 @@ fn expiry_window(i: &OrderInputs) -> RiskCheck {
         return RiskCheck::fail("expiry_window", "no valid symbol to check");
     };
     let ltd = c.last_trade_date(i.calendar);
-    let today = chicago_date(i.now);
-    let left = i.calendar.business_days_between(today, ltd);
+    let left = i.calendar.business_days_between(chicago_date(i.now), ltd);
     let window = i.policy.close_only_business_days as i64;
     if i.now >= c.trading_stops_at(i.calendar) {
         return RiskCheck::fail("expiry_window", format!("{} has expired", c.symbol()));
     }
-    if left > window {
+    if !in_close_only_window(i) {
         return RiskCheck::pass(
             "expiry_window",
             format!("{left} business days to the last trading day {ltd}"),
@@ -221,7 +260,7 @@ fn expiry_window(i: &OrderInputs) -> RiskCheck {
             format!(
                 "{} is within {window} business days of its last trading day {ltd}: only orders that reduce the position pass, and {} holds {:+}",
                 c.symbol(),
-                i.account.account_id,
+                i.account_id,
                 i.position
             ),
         )
@@ -275,7 +314,7 @@ fn position_limit(i: &OrderInputs) -> RiskCheck {
         .unwrap_or_else(|| i.order.symbol.clone());
     let text = format!(
         "{} holds {:+} {sym}; after this order {:+} (limit {max} either way)",
-        i.account.account_id, i.position, after
+        i.account_id, i.position, after
     );
     if after.abs() <= max || after.abs() < i.position.abs() {
         RiskCheck::pass("position_limit", text)
@@ -415,4 +454,68 @@ pub fn check_positions_sync(
         kill_switch(control, a),
         account_check,
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Ident, Quantity};
+    use proptest::prelude::*;
+
+    fn account() -> Account {
+        Account {
+            account_id: "ACC-1".into(),
+            name: "A".into(),
+            desk: "energy".into(),
+            currency: "USD".into(),
+            status: AccountStatus::Active,
+        }
+    }
+
+    fn order(side: Side, q: u32) -> OrderSubmitCl {
+        OrderSubmitCl {
+            account_id: Ident::parse("ACC-1").unwrap(),
+            symbol: "CLF27".into(),
+            side,
+            quantity: Quantity::new(q as i64).unwrap(),
+            order_type: OrderType::Market,
+            limit_price: None,
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        }
+    }
+
+    proptest! {
+        /// The bounds execute checks atomically agree exactly with the position checks,
+        /// at every position around the limits (the edges are what matter).
+        #[test]
+        fn position_bounds_match_the_checks(
+            buy in any::<bool>(),
+            q in 1u32..40,
+            max in 1u32..60,
+            close_only in any::<bool>(),
+        ) {
+            let policy = Policy { max_position: max, max_order_size: 100, ..Policy::default() };
+            let cal = ExchangeCalendar::cme();
+            // CLF27 stops on 2026-12-21; 12-17 is inside the 2-day window, 11-23 is not.
+            let at = if close_only { "2026-12-17T15:00:00Z" } else { "2026-11-23T15:00:00Z" };
+            let now: DateTime<Utc> = at.parse().unwrap();
+            let o = order(if buy { Side::Buy } else { Side::Sell }, q);
+            let acc = account();
+            for pos in -150i64..=150 {
+                let i = OrderInputs {
+                    policy: &policy,
+                    calendar: cal,
+                    now,
+                    account_id: &acc.account_id,
+                    order: &o,
+                    contract: ClContract::parse("CLF27").ok(),
+                    position: pos,
+                };
+                let checks_pass = !position_limit(&i).failed() && !expiry_window(&i).failed();
+                let (lo, hi) = position_bounds(&i);
+                prop_assert_eq!(checks_pass, lo <= pos && pos <= hi, "pos {} bounds {:?}", pos, (lo, hi));
+            }
+        }
+    }
 }

@@ -6,8 +6,8 @@
 mod checks;
 
 pub use checks::{
-    check_order_cancel, check_order_submit, check_positions_sync, recheck_order_at_execute,
-    CancelInputs, OrderInputs,
+    check_order_cancel, check_order_submit, check_positions_sync, position_bounds,
+    recheck_order_at_execute, recheck_order_without_position, CancelInputs, OrderInputs,
 };
 
 use std::path::Path;

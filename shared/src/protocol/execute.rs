@@ -19,15 +19,18 @@ use crate::app::AppState;
 use crate::auth::{Caller, Permission, TokenFault};
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::cl::ClContract;
+use crate::domain::OrderSubmitCl;
 use crate::domain::{
     human_time, new_id, rfc3339, ActionStatus, ActionType, IdempotencyKey, Millis, QueueTarget,
 };
 use crate::error::{ApiError, Code};
 use crate::policy::{self, OrderInputs};
-use crate::ports::{CommitOutcome, ExecuteCommit, KeyCondition, PlanChange};
+use crate::ports::{
+    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, PositionBounds,
+};
 use crate::records::{
-    ActionRecord, AuditRecord, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus, QueueMessage,
-    RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
+    ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
+    QueueMessage, RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
 };
 
 /// How long a decided key replays its decision.
@@ -220,8 +223,21 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
     let now = st.clock.now_ms();
     let key = ctx.req.idempotency_key.as_str();
 
+    // One read: the key, the plan, the control record and the rate state.
+    let snap = st
+        .ports
+        .ledger
+        .snapshot(
+            ctx.principal(),
+            key,
+            &ctx.req.plan_id,
+            &ctx.caller.operator.sub,
+            now,
+        )
+        .await?;
+
     // 2. The idempotency key.
-    if let Some(rec) = st.ports.ledger.get_key(ctx.principal(), key, now).await? {
+    if let Some(rec) = snap.key {
         if rec.fingerprint != ctx.fingerprint {
             let e = ApiError::new(
                 Code::IdempotencyKeyReused,
@@ -328,7 +344,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
     }
 
     // The plan, as this operator may see it.
-    let plan = match st.ports.plans.get_plan(&ctx.req.plan_id).await? {
+    let plan = match snap.plan {
         Some(p)
             if ctx.caller.can_see_desk(&p.desk)
                 && p.service_principal == ctx.caller.service.sub =>
@@ -349,8 +365,20 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
     }
 
     // 4. Decide, then commit atomically.
-    match decide(ctx, &plan, now).await? {
-        Verdict::Accept { rate } => accept(ctx, &plan, rate, now).await,
+    let verdict = match decide(ctx, &plan, &snap.control, snap.rate, now).await? {
+        // The position moved outside the bounds under us: explain with the full re-check.
+        Verdict::Accept { rate, bounds } => match accept(ctx, &plan, rate, bounds, now).await? {
+            Attempt::Done(outcome) => return Ok(Some(outcome)),
+            Attempt::Retry => return Ok(None),
+            Attempt::PositionMoved => match position_violation(st, &plan).await? {
+                Some(error) => Verdict::Reject { error, close: true },
+                None => return Ok(None),
+            },
+        },
+        reject => reject,
+    };
+    match verdict {
+        Verdict::Accept { .. } => Ok(None),
         Verdict::Reject { error, close } => {
             let commit = ExecuteCommit {
                 key: key_record(
@@ -375,6 +403,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 }),
                 require_execute_allowed: None,
                 rate: None,
+                position_within: None,
                 action: None,
                 audit: ctx.audit_rejection(now, &error, Some(&plan)),
             };
@@ -389,19 +418,23 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
 enum Verdict {
     Accept {
         rate: RateState,
+        bounds: Option<PositionBounds>,
     },
     /// `close`: the plan is closed (kill switch, rollout mode, policy re-check).
-    Reject {
-        error: ApiError,
-        close: bool,
-    },
+    Reject { error: ApiError, close: bool },
 }
 
 fn reject(error: ApiError, close: bool) -> Result<Verdict, ApiError> {
     Ok(Verdict::Reject { error, close })
 }
 
-async fn decide(ctx: &Ctx<'_>, plan: &PlanRecord, now: Millis) -> Result<Verdict, ApiError> {
+async fn decide(
+    ctx: &Ctx<'_>,
+    plan: &PlanRecord,
+    control: &Control,
+    mut rate: RateState,
+    now: Millis,
+) -> Result<Verdict, ApiError> {
     let st = ctx.state;
     match plan.status {
         PlanStatus::Executed => {
@@ -460,7 +493,6 @@ async fn decide(ctx: &Ctx<'_>, plan: &PlanRecord, now: Millis) -> Result<Verdict
             false,
         );
     }
-    let control = st.ports.control.get_control().await?;
     if plan.action_type.is_order_submission() && !control.trade_execute_enabled {
         return reject(
             ApiError::new(
@@ -483,29 +515,35 @@ async fn decide(ctx: &Ctx<'_>, plan: &PlanRecord, now: Millis) -> Result<Verdict
             true,
         );
     }
+    let mut bounds = None;
     if plan.action_type == ActionType::OrderSubmitCl {
-        let failed = recheck_order(st, plan).await?;
+        // The time and size re-checks here; the position ones as a condition of the commit.
+        let (order, contract) = plan_order(plan)?;
+        let inputs = OrderInputs {
+            policy: &st.policy,
+            calendar: ExchangeCalendar::cme(),
+            now: st.clock.now(),
+            account_id: &plan.account_id,
+            order: &order,
+            contract,
+            position: 0,
+        };
+        let failed: Vec<RiskCheck> = policy::recheck_order_without_position(&inputs)
+            .into_iter()
+            .filter(RiskCheck::failed)
+            .collect();
         if !failed.is_empty() {
-            let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
-            let first = &failed[0].reason;
-            let error = ApiError::new(
-                Code::PolicyViolation,
-                format!(
-                    "A pre-trade check failed at execute ({}): {first}. This plan is now closed; plan again when it can pass.",
-                    names.join(", ")
-                ),
-            )
-            .with_details(
-                failed
-                    .iter()
-                    .map(|c| crate::error::FieldError::new(format!("risk_checks/{}", c.name), c.reason.clone()))
-                    .collect(),
-            );
-            return reject(error, true);
+            return reject(policy_violation(&failed), true);
         }
+        let (min, max) = policy::position_bounds(&inputs);
+        bounds = Some(PositionBounds {
+            account_id: plan.account_id.clone(),
+            symbol: order.symbol.clone(),
+            min,
+            max,
+        });
     }
     // Rate limit: not a decision, so nothing is recorded and the key can be retried.
-    let mut rate = st.ports.ledger.get_rate(&ctx.caller.operator.sub).await?;
     rate.operator_id = ctx.caller.operator.sub.clone();
     rate.recent.retain(|t| *t > now - 60_000);
     let limit = st.config.execute_rate_per_minute as usize;
@@ -519,35 +557,57 @@ async fn decide(ctx: &Ctx<'_>, plan: &PlanRecord, now: Millis) -> Result<Verdict
         .retry_after(wait);
         return Err(ctx.reject(e, Some(plan)).await);
     }
-    Ok(Verdict::Accept { rate })
+    Ok(Verdict::Accept { rate, bounds })
 }
 
-/// Re-runs the time-sensitive and size checks against current positions; the failures.
-async fn recheck_order(st: &AppState, plan: &PlanRecord) -> Result<Vec<RiskCheck>, ApiError> {
+/// The plan's order, as confirmed.
+fn plan_order(plan: &PlanRecord) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
     let normalized: NormalizedOrder = serde_json::from_value(plan.normalized_payload.clone())
         .map_err(|e| ApiError::internal(format!("stored plan payload: {e}")))?;
     let order = normalized.as_request().map_err(ApiError::internal)?;
-    let account = st
-        .ports
-        .accounts
-        .get_account(&normalized.account_id)
-        .await?
-        .ok_or_else(|| ApiError::internal("plan account vanished"))?;
-    let contract = ClContract::parse(&normalized.symbol).ok();
-    let position = order_inputs_position(st, &account.account_id, contract).await?;
+    Ok((order, ClContract::parse(&normalized.symbol).ok()))
+}
+
+fn policy_violation(failed: &[RiskCheck]) -> ApiError {
+    let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
+    ApiError::new(
+        Code::PolicyViolation,
+        format!(
+            "A pre-trade check failed at execute ({}): {}. This plan is now closed; plan again when it can pass.",
+            names.join(", "),
+            failed.first().map(|c| c.reason.as_str()).unwrap_or("")
+        ),
+    )
+    .with_details(
+        failed
+            .iter()
+            .map(|c| crate::error::FieldError::new(format!("risk_checks/{}", c.name), c.reason.clone()))
+            .collect(),
+    )
+}
+
+/// The commit found the position outside the bounds: read it and run the full re-check
+/// for a precise reason. `None`: it passes now (the position moved again); go again.
+async fn position_violation(
+    st: &AppState,
+    plan: &PlanRecord,
+) -> Result<Option<ApiError>, ApiError> {
+    let (order, contract) = plan_order(plan)?;
+    let position = order_inputs_position(st, &plan.account_id, contract).await?;
     let inputs = OrderInputs {
         policy: &st.policy,
         calendar: ExchangeCalendar::cme(),
         now: st.clock.now(),
-        account: &account,
+        account_id: &plan.account_id,
         order: &order,
         contract,
         position,
     };
-    Ok(policy::recheck_order_at_execute(&inputs)
+    let failed: Vec<RiskCheck> = policy::recheck_order_at_execute(&inputs)
         .into_iter()
         .filter(RiskCheck::failed)
-        .collect())
+        .collect();
+    Ok((!failed.is_empty()).then(|| policy_violation(&failed)))
 }
 
 fn key_record(ctx: &Ctx<'_>, now: Millis, state: KeyState) -> KeyRecord {
@@ -563,12 +623,22 @@ fn key_record(ctx: &Ctx<'_>, now: Millis, state: KeyState) -> KeyRecord {
     }
 }
 
+/// How an accept attempt ended.
+enum Attempt {
+    Done(ExecuteOutcome),
+    /// Another request changed a condition; read and decide again.
+    Retry,
+    /// The position left the bounds the order needs.
+    PositionMoved,
+}
+
 async fn accept(
     ctx: &Ctx<'_>,
     plan: &PlanRecord,
     mut rate: RateState,
+    bounds: Option<PositionBounds>,
     now: Millis,
-) -> Result<Option<ExecuteOutcome>, ApiError> {
+) -> Result<Attempt, ApiError> {
     let st = ctx.state;
     let action_id = new_id("act", now);
     let refs = match plan.action_type.queue_target() {
@@ -672,11 +742,13 @@ async fn accept(
         )),
         require_execute_allowed: Some(plan.action_type),
         rate: Some((expected_version, rate)),
+        position_within: bounds,
         action: Some(action.clone()),
         audit,
     };
     match st.ports.ledger.commit(&commit, now).await? {
-        CommitOutcome::Conflict(_) => return Ok(None),
+        CommitOutcome::Conflict(Conflict::Position) => return Ok(Attempt::PositionMoved),
+        CommitOutcome::Conflict(_) => return Ok(Attempt::Retry),
         CommitOutcome::Committed => {}
     }
     if crate::failpoint::hit("execute.after_commit") {
@@ -685,7 +757,7 @@ async fn accept(
         std::process::abort();
     }
     send_and_finish(st, &key, &lease_owner, &action, now).await?;
-    Ok(Some(ExecuteOutcome::Queued(Accepted {
+    Ok(Attempt::Done(ExecuteOutcome::Queued(Accepted {
         action_id,
         status: "queued",
         queue_target: action.queue_target,

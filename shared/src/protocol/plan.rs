@@ -146,12 +146,12 @@ async fn evaluate_order(
         policy: &state.policy,
         calendar: cal,
         now: state.clock.now(),
-        account: &account,
+        account_id: &account.account_id,
         order: &o,
         contract,
         position,
     };
-    let checks = policy::check_order_submit(&inputs, control);
+    let checks = policy::check_order_submit(&inputs, &account, control);
     let normalized = NormalizedOrder {
         account_id: account.account_id.clone(),
         symbol: contract

@@ -8,8 +8,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::{
-    AuditLog, CommitOutcome, Conflict, ControlStore, ExecuteCommit, ExecuteLedger, KeyCondition,
-    PlanChange,
+    AuditLog, CommitOutcome, Conflict, ControlStore, ExecuteCommit, ExecuteLedger, ExecuteSnapshot,
+    KeyCondition, PlanChange,
 };
 use crate::records::{
     AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus, RateState,
@@ -135,6 +135,19 @@ fn check(tx: &Connection, commit: &ExecuteCommit, now: i64) -> StoreResult<Optio
             return Ok(Some(Conflict::Rate));
         }
     }
+    if let Some(b) = &commit.position_within {
+        let qty: i64 = tx
+            .prepare_cached("SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?")
+            .and_then(|mut st| {
+                st.query_row([&b.account_id, &b.symbol], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(db_err)?
+            .unwrap_or(0);
+        if qty < b.min || qty > b.max {
+            return Ok(Some(Conflict::Position));
+        }
+    }
     Ok(None)
 }
 
@@ -150,9 +163,35 @@ impl ExecuteLedger for Sqlite {
         self.read(move |c| load_key(c, &p, &k, now)).await
     }
 
-    async fn get_rate(&self, operator_id: &str) -> StoreResult<RateState> {
-        let op = operator_id.to_string();
-        self.read(move |c| load_rate(c, &op)).await
+    async fn snapshot(
+        &self,
+        principal: &str,
+        key: &str,
+        plan_id: &str,
+        operator_id: &str,
+        now: i64,
+    ) -> StoreResult<ExecuteSnapshot> {
+        let (p, k, plan, op) = (
+            principal.to_string(),
+            key.to_string(),
+            plan_id.to_string(),
+            operator_id.to_string(),
+        );
+        self.read(move |c| {
+            // One read transaction: a consistent view of all four.
+            c.execute_batch("BEGIN").map_err(db_err)?;
+            let snap = (|| {
+                Ok(ExecuteSnapshot {
+                    key: load_key(c, &p, &k, now)?,
+                    plan: load_plan(c, &plan)?,
+                    control: load_control(c)?,
+                    rate: load_rate(c, &op)?,
+                })
+            })();
+            c.execute_batch("COMMIT").map_err(db_err)?;
+            snap
+        })
+        .await
     }
 
     async fn commit(&self, commit: &ExecuteCommit, now: i64) -> StoreResult<CommitOutcome> {
