@@ -97,12 +97,92 @@ pub fn dev_authenticator(cfg: &Config) -> Result<Authenticator, String> {
     })
 }
 
+impl Ports {
+    /// Every store on DynamoDB, queues on SQS, tokens signed by KMS.
+    pub fn aws(aws: &crate::adapters::aws::Aws, signer: Arc<dyn Signer>) -> Ports {
+        let a = Arc::new(aws.clone());
+        Ports {
+            accounts: a.clone(),
+            positions: a.clone(),
+            orders: a.clone(),
+            jobs: a.clone(),
+            actions: a.clone(),
+            plans: a.clone(),
+            ledger: a.clone(),
+            control: a.clone(),
+            audit: a.clone(),
+            queue: a.clone(),
+            signer,
+            read_models: a,
+        }
+    }
+}
+
+/// Which backend a process runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Embedded,
+    Aws,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "embedded" => Ok(Backend::Embedded),
+            "aws" => Ok(Backend::Aws),
+            other => Err(format!("unknown backend {other:?}: embedded or aws")),
+        }
+    }
+}
+
+/// The cursor MAC key: `AIRLOCK_CURSOR_KEY` (base64, at least 32 bytes; every function of
+/// a deployment must share it), else a key file in the state dir.
+fn cursor_key(cfg: &Config) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    match std::env::var("AIRLOCK_CURSOR_KEY") {
+        Ok(v) if !v.trim().is_empty() => {
+            let k = base64::engine::general_purpose::STANDARD
+                .decode(v.trim())
+                .map_err(|_| "configuration: AIRLOCK_CURSOR_KEY: not base64".to_string())?;
+            if k.len() < 32 {
+                return Err("configuration: AIRLOCK_CURSOR_KEY: needs at least 32 bytes".into());
+            }
+            Ok(k)
+        }
+        _ => keys::load_or_create_secret(&cfg.state_dir.join(files::CURSOR_KEY)),
+    }
+}
+
+/// The AWS stack: DynamoDB, SQS and KMS through the standard AWS environment.
+pub async fn aws(cfg: Config, clock: SharedClock) -> Result<AppState, String> {
+    let aws = crate::adapters::aws::Aws::connect().await?;
+    let signer: Arc<dyn Signer> = Arc::new(
+        crate::adapters::aws::KmsSigner::connect(aws.kms.clone(), &aws.names.signing_key_id)
+            .await?,
+    );
+    let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
+    Ok(AppState {
+        auth: Arc::new(dev_authenticator(&cfg)?),
+        cursors: CursorCodec::new(cursor_key(&cfg)?),
+        confirmations: Arc::new(ConfirmationVerifier::new(
+            &cfg.confirmation_audience,
+            signer.key_id(),
+            signer.public_key(),
+        )),
+        policy: Arc::new(policy),
+        ports: Ports::aws(&aws, signer),
+        config: Arc::new(cfg),
+        clock,
+    })
+}
+
 /// The embedded stack: SQLite in the state dir, local keys, the policy file if present.
 pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), String> {
     let db = Sqlite::open(&cfg.state_dir)?;
     let confirm_key = keys::load_or_create_p256(&cfg.state_dir.join(files::CONFIRMATION_KEY))?;
     let signer: Arc<dyn Signer> = Arc::new(LocalSigner::new(LOCAL_CONFIRMATION_KID, &confirm_key));
-    let cursor_key = keys::load_or_create_secret(&cfg.state_dir.join(files::CURSOR_KEY))?;
+    let cursor_key = cursor_key(&cfg)?;
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
     let state = AppState {
         auth: Arc::new(dev_authenticator(&cfg)?),
@@ -120,17 +200,18 @@ pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), S
     Ok((state, db))
 }
 
-/// The state a Lambda builds once per cold start, from its environment.
-///
-/// Today this is the embedded backend under `AIRLOCK_STATE_DIR` (useful with
-/// `cargo lambda watch`); the DynamoDB/SQS/KMS backend is selected here once it lands.
-pub fn from_env() -> Result<AppState, String> {
+/// The state a Lambda builds once per cold start, from its environment:
+/// `AIRLOCK_BACKEND` = `aws` (DynamoDB, SQS, KMS) or `embedded` (SQLite under
+/// `AIRLOCK_STATE_DIR`, for `cargo lambda watch`). Lambdas ignore `AIRLOCK_NOW`.
+pub async fn from_env() -> Result<AppState, String> {
     let cfg = Config::from_env().map_err(|e| e.to_string())?;
     let clock: SharedClock = Arc::new(crate::clock::OffsetClock::system());
-    match std::env::var("AIRLOCK_BACKEND").as_deref() {
-        Ok("embedded") | Err(_) => embedded(cfg, clock).map(|(s, _)| s),
-        Ok(other) => Err(format!(
-            "configuration: AIRLOCK_BACKEND: unknown backend {other:?} (this build knows: embedded)"
-        )),
+    let backend: Backend = std::env::var("AIRLOCK_BACKEND")
+        .unwrap_or_else(|_| "aws".into())
+        .parse()
+        .map_err(|e| format!("configuration: AIRLOCK_BACKEND: {e}"))?;
+    match backend {
+        Backend::Aws => aws(cfg, clock).await,
+        Backend::Embedded => embedded(cfg, clock).map(|(s, _)| s),
     }
 }

@@ -193,7 +193,7 @@ pub trait ExecuteLedger: Send + Sync {
         &self,
         key: &KeyRecord,
         lease_owner: &str,
-        action_id: &str,
+        action: &ActionRecord,
         now: Millis,
     ) -> StoreResult<bool>;
     /// Moves the lease of a claimed key to a new owner, only if `old_owner` still holds it.
@@ -225,6 +225,15 @@ pub trait Queue: Send + Sync {
     /// Sends a message. `dedup_id` makes a resend of the same action a no-op (SQS FIFO
     /// deduplication; the embedded queue has a unique index).
     async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()>;
+    /// Messages per queue: waiting, and received but not yet deleted.
+    async fn depth(&self) -> StoreResult<Vec<QueueDepth>>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub queue: crate::domain::QueueTarget,
+    pub waiting: i64,
+    pub in_flight: i64,
 }
 
 /// Signs confirmation tokens (ES256). The local signer holds a P-256 key file; the AWS

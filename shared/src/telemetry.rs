@@ -12,3 +12,41 @@ pub fn init() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+tokio::task_local! {
+    static CALLS: std::cell::RefCell<Vec<&'static str>>;
+}
+
+/// Records one call to a backend service (e.g. `DynamoDB.BatchGetItem`) against the
+/// request being served; the request's log line lists them (`backend_calls`).
+pub fn record_call(service: &str, operation: &str) {
+    let name = call_name(service, operation);
+    let _ = CALLS.try_with(|c| c.borrow_mut().push(name));
+}
+
+/// Interned `service.operation` names, so recording costs no allocation after the first.
+fn call_name(service: &str, operation: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let full = format!("{service}.{operation}");
+    let mut guard = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let set = guard.get_or_insert_with(HashSet::new);
+    if let Some(n) = set.get(full.as_str()) {
+        return n;
+    }
+    let leaked: &'static str = Box::leak(full.into_boxed_str());
+    set.insert(leaked);
+    leaked
+}
+
+/// Runs `f` and returns its output with the backend calls it made.
+pub async fn with_call_log<F: std::future::Future>(f: F) -> (F::Output, Vec<&'static str>) {
+    CALLS
+        .scope(std::cell::RefCell::new(Vec::new()), async move {
+            let out = f.await;
+            let calls = CALLS.with(|c| c.take());
+            (out, calls)
+        })
+        .await
+}

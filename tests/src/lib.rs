@@ -5,6 +5,8 @@
 //! README's test command, `scripts/test.sh`), or `$AIRLOCK_TEST_BIN`. A missing binary is a
 //! loud failure, never a skip.
 
+pub mod moto;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -6,6 +6,6 @@ use airlock::{app, handlers, http, telemetry};
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
-    let state = app::from_env()?;
+    let state = app::from_env().await?;
     lambda_http::run(http::app(handlers::action_status::routes(), state)).await
 }

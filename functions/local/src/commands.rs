@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use airlock::app::{self, AppState};
+use airlock::app::{self, AppState, Backend};
 use airlock::clock::{OffsetClock, SharedClock};
 use airlock::config::Config;
 use airlock::domain::{human_time, ActionType};
@@ -79,18 +79,53 @@ pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
     Ok(())
 }
 
-async fn embedded(cfg: Config) -> Result<(AppState, airlock::adapters::sqlite::Sqlite), String> {
-    app::embedded(cfg, clock()?)
+/// The state on the chosen backend; the embedded one seeds demo data into a new database.
+async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
+    match backend {
+        Backend::Aws => app::aws(cfg, clock()?).await,
+        Backend::Embedded => {
+            let (state, db) = app::embedded(cfg, clock()?)?;
+            if db.is_empty().await.map_err(|e| e.to_string())? {
+                airlock::seed::load_demo(state.ports.read_models.as_ref(), state.clock.now_ms())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!("seeded demo data");
+            }
+            Ok(state)
+        }
+    }
 }
 
-pub async fn serve(cfg: Config, addr: &str) -> Result<(), String> {
-    let (state, db) = embedded(cfg).await?;
-    if db.is_empty().await.map_err(|e| e.to_string())? {
-        airlock::seed::load_demo(state.ports.read_models.as_ref(), state.clock.now_ms())
+pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
+    for line in airlock::adapters::aws::bootstrap::bootstrap().await? {
+        println!("{line}");
+    }
+    if demo_data {
+        let st = app::aws(cfg, clock()?).await?;
+        let page = airlock::ports::Page {
+            after: None,
+            limit: 1,
+        };
+        let any = st
+            .ports
+            .accounts
+            .list_accounts(&airlock::auth::DeskScope::All, &page)
             .await
             .map_err(|e| e.to_string())?;
-        tracing::info!("seeded demo data");
+        if any.is_empty() {
+            airlock::seed::load_demo(st.ports.read_models.as_ref(), st.clock.now_ms())
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("demo data: loaded");
+        } else {
+            println!("demo data: accounts exist, left as they are");
+        }
     }
+    Ok(())
+}
+
+pub async fn serve(cfg: Config, backend: Backend, addr: &str) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
     let sweep = state.clone();
     tokio::spawn(async move {
         let every = std::time::Duration::from_millis(sweep.config.sweep_interval_ms);
@@ -167,8 +202,13 @@ fn who() -> String {
     )
 }
 
-pub async fn kill_switch(cfg: Config, action: &str, reason: Option<String>) -> Result<(), String> {
-    let (state, _) = embedded(cfg).await?;
+pub async fn kill_switch(
+    cfg: Config,
+    backend: Backend,
+    action: &str,
+    reason: Option<String>,
+) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
     let store = state.ports.control.as_ref();
     let now = state.clock.now_ms();
     let c = match action {
@@ -183,10 +223,11 @@ pub async fn kill_switch(cfg: Config, action: &str, reason: Option<String>) -> R
 
 pub async fn rollout(
     cfg: Config,
+    backend: Backend,
     action_type: Option<String>,
     mode: Option<String>,
 ) -> Result<(), String> {
-    let (state, _) = embedded(cfg).await?;
+    let state = state(cfg, backend).await?;
     let store = state.ports.control.as_ref();
     let c = match (action_type, mode) {
         (Some(a), Some(m)) => {
@@ -202,8 +243,8 @@ pub async fn rollout(
     Ok(())
 }
 
-pub async fn audit(cfg: Config, id: &str) -> Result<(), String> {
-    let (state, _) = embedded(cfg).await?;
+pub async fn audit(cfg: Config, backend: Backend, id: &str) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
     let trail = state
         .ports
         .audit
@@ -219,14 +260,20 @@ pub async fn audit(cfg: Config, id: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn seed_orders(cfg: Config, n: usize) -> Result<(), String> {
-    let (state, db) = embedded(cfg).await?;
-    if db.is_empty().await.map_err(|e| e.to_string())? {
-        airlock::seed::load_demo(state.ports.read_models.as_ref(), state.clock.now_ms())
-            .await
-            .map_err(|e| e.to_string())?;
-    }
+pub async fn seed_orders(cfg: Config, backend: Backend, n: usize) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
     airlock::seed::load_bulk_orders(state.ports.read_models.as_ref(), state.clock.now_ms(), n)
         .await
         .map_err(|e| e.to_string())
+}
+
+pub async fn queues(cfg: Config, backend: Backend) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
+    for d in state.ports.queue.depth().await.map_err(|e| e.to_string())? {
+        println!(
+            "{} waiting={} in_flight={}",
+            d.queue, d.waiting, d.in_flight
+        );
+    }
+    Ok(())
 }

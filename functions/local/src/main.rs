@@ -21,6 +21,16 @@ struct Cli {
         default_value = ".airlock"
     )]
     state_dir: PathBuf,
+    /// `embedded` (SQLite in the state dir) or `aws` (DynamoDB, SQS, KMS through the standard
+    /// AWS environment; `AWS_ENDPOINT_URL` for an emulator).
+    #[arg(
+        long,
+        global = true,
+        env = "AIRLOCK_BACKEND",
+        default_value = "embedded",
+        value_parser = ["embedded", "aws"]
+    )]
+    backend: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -31,8 +41,6 @@ enum Command {
     Serve {
         #[arg(long, default_value = "127.0.0.1:3000")]
         addr: String,
-        #[arg(long, default_value = "embedded", value_parser = ["embedded"])]
-        backend: String,
     },
     /// Print a JWT signed by the local dev issuer.
     Token {
@@ -46,8 +54,12 @@ enum Command {
         /// Why (recorded on the control record).
         #[arg(long)]
         reason: Option<String>,
-        #[arg(long, default_value = "embedded", value_parser = ["embedded"])]
-        backend: String,
+    },
+    /// Create the AWS tables, queues and signing key (at `AWS_ENDPOINT_URL`); safe twice.
+    Bootstrap {
+        /// Also load the demo accounts, positions, orders and jobs.
+        #[arg(long)]
+        demo_data: bool,
     },
     /// Set the rollout mode of an action type (disabled, plan_only, execute), or show all.
     Rollout {
@@ -56,6 +68,8 @@ enum Command {
     },
     /// Print the audit trail of a plan or action id, in time order.
     Audit { id: String },
+    /// Messages per queue: waiting, and received but not yet deleted.
+    Queues,
     /// Load benchmark data: N extra filled orders.
     #[command(hide = true)]
     SeedOrders { n: usize },
@@ -77,17 +91,20 @@ fn main() -> std::process::ExitCode {
     let result = rt.block_on(async move {
         let mut cfg = airlock::config::Config::from_env().map_err(|e| e.to_string())?;
         cfg.state_dir = cli.state_dir;
+        let backend: airlock::app::Backend = cli.backend.parse()?;
         match cli.command {
-            Command::Serve { addr, .. } => commands::serve(cfg, &addr).await,
+            Command::Serve { addr } => commands::serve(cfg, backend, &addr).await,
             Command::Token { kind } => commands::token(cfg, kind),
-            Command::KillSwitch { action, reason, .. } => {
-                commands::kill_switch(cfg, &action, reason).await
+            Command::KillSwitch { action, reason } => {
+                commands::kill_switch(cfg, backend, &action, reason).await
             }
             Command::Rollout { action_type, mode } => {
-                commands::rollout(cfg, action_type, mode).await
+                commands::rollout(cfg, backend, action_type, mode).await
             }
-            Command::Audit { id } => commands::audit(cfg, &id).await,
-            Command::SeedOrders { n } => commands::seed_orders(cfg, n).await,
+            Command::Audit { id } => commands::audit(cfg, backend, &id).await,
+            Command::Queues => commands::queues(cfg, backend).await,
+            Command::Bootstrap { demo_data } => commands::bootstrap(cfg, demo_data).await,
+            Command::SeedOrders { n } => commands::seed_orders(cfg, backend, n).await,
         }
     });
     match result {

@@ -1,6 +1,7 @@
 //! Adapters: the ports on real engines. `sqlite` is the embedded backend; `local_signer`
 //! signs confirmation tokens with a P-256 key file; `keys` keeps local key files.
 
+pub mod aws;
 pub mod keys;
 pub mod local_signer;
 pub mod sqlite;

@@ -46,9 +46,10 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         tracing::info_span!("request", request_id = %request_id, method = %method, path = %path);
     let run = REQUEST_ID.scope(
         request_id.clone(),
-        std::panic::AssertUnwindSafe(next.run(req)).catch_unwind(),
+        crate::telemetry::with_call_log(std::panic::AssertUnwindSafe(next.run(req)).catch_unwind()),
     );
-    let mut resp = match run.instrument(span.clone()).await {
+    let (outcome, calls) = run.instrument(span.clone()).await;
+    let mut resp = match outcome {
         Ok(r) => r,
         Err(_) => {
             REQUEST_ID
@@ -72,6 +73,7 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         latency_ms = start.elapsed().as_secs_f64() * 1000.0,
         operator = %operator,
         service_principal = %service,
+        backend_calls = %calls.join(","),
         "request"
     );
     resp

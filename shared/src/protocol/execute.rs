@@ -788,7 +788,7 @@ pub(crate) async fn send_and_finish(
     Ok(st
         .ports
         .ledger
-        .mark_sent(key, lease_owner, &action.action_id, now)
+        .mark_sent(key, lease_owner, action, now)
         .await?)
 }
 

@@ -254,13 +254,13 @@ impl ExecuteLedger for Sqlite {
         &self,
         key: &KeyRecord,
         lease_owner_id: &str,
-        action_id: &str,
+        action: &crate::records::ActionRecord,
         now: i64,
     ) -> StoreResult<bool> {
         let (key, owner, action_id) = (
             key.clone(),
             lease_owner_id.to_string(),
-            action_id.to_string(),
+            action.action_id.clone(),
         );
         self.write(move |tx| {
             let Some(mut k) = load_key(tx, &key.principal, &key.key, now)? else {

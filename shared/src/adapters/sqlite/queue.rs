@@ -5,8 +5,9 @@ use async_trait::async_trait;
 use rusqlite::params;
 
 use super::{db_err, json_err, Sqlite};
+use crate::domain::QueueTarget;
 use crate::error::StoreResult;
-use crate::ports::Queue;
+use crate::ports::{Queue, QueueDepth};
 use crate::records::QueueMessage;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +35,21 @@ impl Queue for Sqlite {
             Ok(())
         })
         .await
+    }
+
+    async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
+        let stats = self.queue_stats().await?;
+        Ok([QueueTarget::Orders, QueueTarget::Jobs]
+            .into_iter()
+            .map(|q| {
+                let s = stats.iter().find(|s| s.queue == q.as_str());
+                QueueDepth {
+                    queue: q,
+                    waiting: s.map(|s| s.ready).unwrap_or(0),
+                    in_flight: s.map(|s| s.in_flight).unwrap_or(0),
+                }
+            })
+            .collect())
     }
 }
 

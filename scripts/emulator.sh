@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Installs the local AWS emulator (moto's server mode) that the AWS-backend tests run against:
+# a virtualenv at <repo>/.venv with pinned moto[server] and cryptography (KMS ECC signing).
+#
+# Idempotent and fast when already installed: pip runs only when an installed version differs
+# from a pin. Needs python3 (>= 3.11) with pip, and PyPI; nothing else.
+#
+#   scripts/emulator.sh          # install or check; prints the moto version
+#   PYTHON=python3.12 scripts/emulator.sh   # choose the interpreter for a new .venv
+#
+# Then: .venv/bin/moto_server -H 127.0.0.1 -p PORT  (tests/src/moto.rs does this for tests)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+venv="$repo/.venv"
+py="$venv/bin/python"
+python="${PYTHON:-python3}"
+
+# Direct pins: what the tests rely on. Bump together, then re-run this script.
+MOTO_VERSION="5.2.5"
+CRYPTOGRAPHY_VERSION="50.0.2"
+pins=(
+    "moto[server]==$MOTO_VERSION"
+    "cryptography==$CRYPTOGRAPHY_VERSION"
+)
+
+# Transitive pins (constraints only: a package is installed only if something requires it),
+# frozen from a working install so that a fresh machine gets the same server.
+constraints="$(mktemp)"
+trap 'rm -f "$constraints"' EXIT
+cat >"$constraints" <<'EOF'
+annotated-types==0.8.0
+antlr4-python3-runtime==4.13.2
+attrs==26.1.0
+aws-xray-sdk==2.15.0
+blinker==1.9.0
+boto3==1.44.5
+botocore==1.44.5
+certifi==2026.10.18
+cffi==2.1.1
+cfn-lint==1.58.0
+charset-normalizer==3.5.2
+click==8.5.1
+docker==7.2.0
+Flask==3.1.3
+flask-cors==6.0.5
+graphql-core==3.3.2
+idna==3.20
+itsdangerous==2.2.0
+Jinja2==3.1.6
+jmespath==1.1.0
+joserfc==1.8.0
+jsonpatch==1.47
+jsonpath-ng==1.16.0
+jsonpointer==3.12
+jsonschema==4.26.0
+jsonschema-path==0.5.0
+jsonschema-specifications==2025.9.1
+lazy-object-proxy==1.13.0
+MarkupSafe==3.0.4
+mpmath==1.3.0
+networkx==3.6.1
+openapi-schema-validator==0.9.0
+openapi-spec-validator==0.9.0
+pathable==0.6.0
+py-partiql-parser==0.6.3
+pycparser==3.12
+pydantic==2.14.3
+pydantic-settings==2.16.3
+pydantic_core==2.50.4
+pyparsing==3.3.3
+python-dateutil==2.9.0.post0
+python-dotenv==1.2.4
+PyYAML==6.0.3
+referencing==0.37.0
+regex==2026.11.15
+requests==2.34.2
+responses==0.26.3
+rfc3339-validator==0.1.4
+rpds-py==2026.9.1
+s3transfer==0.19.3
+six==1.17.0
+sympy==1.14.0
+typing-inspection==0.4.5
+typing_extensions==4.16.0
+urllib3==2.8.0
+Werkzeug==3.1.9
+wrapt==2.5.2
+xmltodict==1.0.4
+EOF
+
+# Prints the names of pinned packages whose installed version differs (empty: all match).
+stale() {
+    [[ -x "$py" ]] || { echo "no-venv"; return; }
+    "$py" - "${pins[@]}" <<'PY' 2>/dev/null || echo "broken-venv"
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for spec in sys.argv[1:]:
+    name, want = spec.split("==")
+    name = name.split("[")[0]
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        have = None
+    if have != want:
+        print(f"{name} (have {have}, want {want})")
+PY
+}
+
+if [[ -x "$py" ]] && ! "$py" -c 'import sys' 2>/dev/null; then
+    echo "emulator: $venv is broken (its interpreter does not run); recreating it"
+    rm -rf "$venv"
+fi
+
+if [[ ! -x "$py" ]]; then
+    command -v "$python" >/dev/null || { echo "emulator: $python not found (set PYTHON=...)" >&2; exit 1; }
+    "$python" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' || {
+        echo "emulator: the pinned set needs Python >= 3.11 (Debian 12's python3; set PYTHON=...)" >&2
+        exit 1
+    }
+    echo "emulator: creating $venv with $("$python" --version 2>&1)"
+    if ! "$python" -m venv "$venv"; then
+        # Debian/Ubuntu without the python3-venv package have no ensurepip: make the venv
+        # without pip; pip is bootstrapped below.
+        echo "emulator: '$python -m venv' failed (no ensurepip?); retrying with --without-pip"
+        rm -rf "$venv"
+        "$python" -m venv --without-pip "$venv"
+    fi
+fi
+
+# A venv without pip (made --without-pip, or left half-made by a failed 'python3 -m venv'):
+# try its ensurepip, else install pip into it from PyPI with the base interpreter's pip.
+ensure_pip() {
+    "$py" -m pip --version >/dev/null 2>&1 && return
+    echo "emulator: $venv has no pip; bootstrapping it"
+    "$py" -m ensurepip --default-pip >/dev/null 2>&1 && return
+    local base
+    base="$("$py" -c 'import sys; print(sys._base_executable)' 2>/dev/null || echo "$python")"
+    for b in "$base" "$python"; do
+        "$b" -m pip --python "$py" install --quiet --disable-pip-version-check pip 2>/dev/null && return
+    done
+    echo "emulator: could not bootstrap pip into $venv; install python3-venv" \
+        "(Debian: apt-get install python3-venv), remove $venv and re-run" >&2
+    exit 1
+}
+
+need="$(stale)"
+if [[ -n "$need" ]]; then
+    echo "emulator: installing pinned packages; out of date:"
+    sed 's/^/  /' <<<"$need"
+    ensure_pip
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$py" -m pip install --quiet \
+        -c "$constraints" "${pins[@]}"
+    need="$(stale)"
+    if [[ -n "$need" ]]; then
+        echo "emulator: still out of date after pip install:"$'\n'"$need" >&2
+        exit 1
+    fi
+fi
+
+if ! "$venv/bin/moto_server" --help >/dev/null 2>&1; then
+    echo "emulator: $venv/bin/moto_server --help failed:" >&2
+    "$venv/bin/moto_server" --help >&2 || true
+    exit 1
+fi
+# ECC signing for KMS needs a working cryptography backend (a wheel, or a built one).
+"$py" -c 'from cryptography.hazmat.primitives.asymmetric import ec; ec.generate_private_key(ec.SECP256R1())' || {
+    echo "emulator: cryptography cannot make P-256 keys in $venv" >&2
+    exit 1
+}
+
+echo "emulator: moto $("$py" -c 'from importlib.metadata import version as v; print(v("moto"))')" \
+    "(cryptography $("$py" -c 'from importlib.metadata import version as v; print(v("cryptography"))'))" \
+    "ready: $venv/bin/moto_server"

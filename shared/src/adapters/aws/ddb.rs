@@ -1,0 +1,70 @@
+//! DynamoDB item helpers: attribute values in and out, JSON bodies, keys.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::domain::Millis;
+use crate::error::{StoreError, StoreResult};
+
+pub type Item = HashMap<String, AttributeValue>;
+
+pub fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+pub fn get_s<'a>(item: &'a Item, name: &str) -> StoreResult<&'a str> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        _ => Err(StoreError::Corrupt(format!(
+            "attribute {name} is not a string"
+        ))),
+    }
+}
+
+pub fn opt_s(item: &Item, name: &str) -> Option<String> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+pub fn opt_n(item: &Item, name: &str) -> Option<i64> {
+    match item.get(name) {
+        Some(AttributeValue::N(v)) => v.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Every record keeps its full JSON in `body`, next to the attributes indexes and
+/// conditions use.
+pub fn body<T: serde::Serialize>(v: &T) -> StoreResult<AttributeValue> {
+    serde_json::to_string(v)
+        .map(AttributeValue::S)
+        .map_err(|e| StoreError::Corrupt(format!("encoding body: {e}")))
+}
+
+pub fn from_body<T: serde::de::DeserializeOwned>(item: &Item) -> StoreResult<T> {
+    serde_json::from_str(get_s(item, "body")?)
+        .map_err(|e| StoreError::Corrupt(format!("stored body: {e}")))
+}
+
+/// `created_key`: zero-padded millis, `#`, id. Sorting it sorts by (created_at, id).
+pub fn time_key(ms: Millis, id: &str) -> String {
+    format!("{:015}#{id}", ms.max(0))
+}
+
+/// Epoch seconds for a TTL attribute.
+pub fn ttl_seconds(ms: Millis) -> AttributeValue {
+    n(ms.div_euclid(1000))
+}
+
+/// Key of an idempotency record: principal and key, length-prefixed so no separator
+/// inside either can collide.
+pub fn idempotency_pk(principal: &str, key: &str) -> String {
+    format!("{}:{principal}#{key}", principal.len())
+}

@@ -1,0 +1,422 @@
+//! The execute ledger on DynamoDB. The atomic step is one `TransactWriteItems`: the key
+//! (conditional on its absence or its lease owner), the plan (conditional on `planned`),
+//! a `ConditionCheck` on the control item (so the kill switch has no race window), the
+//! rate state (conditional on its version), a `ConditionCheck` on the position, the
+//! action and the audit record. A cancelled transaction names the condition that failed.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
+};
+
+use super::ddb::{self, idempotency_pk, n, s, Item};
+use super::reads::{audit_put, control_from_item, plan_from_item, CONTROL_ID};
+use super::{unavailable, Aws};
+use crate::domain::Millis;
+use crate::error::{StoreError, StoreResult};
+use crate::ports::{
+    CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
+    PlanChange,
+};
+use crate::records::{ActionRecord, Decision, KeyRecord, KeyState, RateState};
+
+fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
+    r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
+}
+
+fn key_item(k: &KeyRecord) -> StoreResult<Item> {
+    let mut item: Item = HashMap::from([
+        ("pk".to_string(), s(idempotency_pk(&k.principal, &k.key))),
+        ("expires_at".to_string(), n(k.expires_at)),
+        ("ttl".to_string(), ddb::ttl_seconds(k.expires_at)),
+        ("body".to_string(), ddb::body(k)?),
+    ]);
+    if let KeyState::Claimed { lease_owner, .. } = &k.state {
+        item.insert("lease_owner".into(), s(lease_owner.clone()));
+    }
+    Ok(item)
+}
+
+fn key_from_item(item: &Item, now: Millis) -> StoreResult<Option<KeyRecord>> {
+    // TTL deletion is lazy: an expired record counts as absent.
+    match ddb::opt_n(item, "expires_at") {
+        Some(exp) if exp > now => ddb::from_body(item).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// What each item of a transaction guards, to name the failed condition.
+fn conflict_of(kinds: &[Conflict], e: &SdkError<TransactWriteItemsError>) -> Option<Conflict> {
+    let SdkError::ServiceError(se) = e else {
+        return None;
+    };
+    let TransactWriteItemsError::TransactionCanceledException(tc) = se.err() else {
+        return None;
+    };
+    let reasons = tc.cancellation_reasons();
+    for (i, r) in reasons.iter().enumerate() {
+        match r.code() {
+            Some("ConditionalCheckFailed") => return kinds.get(i).copied().or(Some(Conflict::Key)),
+            // Another transaction touched the same items: read again and decide again.
+            Some("TransactionConflict") => return Some(Conflict::Key),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[async_trait]
+impl ExecuteLedger for Aws {
+    async fn get_key(
+        &self,
+        principal: &str,
+        key: &str,
+        now: Millis,
+    ) -> StoreResult<Option<KeyRecord>> {
+        match self
+            .get(
+                &self.names.idempotency,
+                &[("pk", s(idempotency_pk(principal, key)))],
+            )
+            .await?
+        {
+            Some(item) => key_from_item(&item, now),
+            None => Ok(None),
+        }
+    }
+
+    async fn snapshot(
+        &self,
+        principal: &str,
+        key: &str,
+        plan_id: &str,
+        operator_id: &str,
+        now: Millis,
+    ) -> StoreResult<ExecuteSnapshot> {
+        let n_ = &self.names;
+        let ask = |k: &str, v: String| {
+            built(
+                KeysAndAttributes::builder()
+                    .keys(HashMap::from([(k.to_string(), s(v))]))
+                    .consistent_read(true)
+                    .build(),
+            )
+        };
+        let mut pending: HashMap<String, KeysAndAttributes> = HashMap::from([
+            (
+                n_.idempotency.clone(),
+                ask("pk", idempotency_pk(principal, key))?,
+            ),
+            (n_.plans.clone(), ask("plan_id", plan_id.to_string())?),
+            (n_.control.clone(), ask("id", CONTROL_ID.to_string())?),
+            (
+                n_.rate_limits.clone(),
+                ask("operator_id", operator_id.to_string())?,
+            ),
+        ]);
+        let mut got: HashMap<String, Vec<Item>> = HashMap::new();
+        for _ in 0..8 {
+            let o = self
+                .ddb
+                .batch_get_item()
+                .set_request_items(Some(pending))
+                .send()
+                .await
+                .map_err(|e| unavailable("BatchGetItem execute snapshot", &e))?;
+            for (t, items) in o.responses.unwrap_or_default() {
+                got.entry(t).or_default().extend(items);
+            }
+            pending = o.unprocessed_keys.unwrap_or_default();
+            if pending.is_empty() {
+                break;
+            }
+        }
+        if !pending.is_empty() {
+            return Err(StoreError::Unavailable(
+                "BatchGetItem left keys unprocessed".into(),
+            ));
+        }
+        let mut one = |t: &str| got.remove(t).and_then(|mut v| v.pop());
+        let key = match one(&n_.idempotency) {
+            Some(i) => key_from_item(&i, now)?,
+            None => None,
+        };
+        let plan = one(&n_.plans).map(|i| plan_from_item(&i)).transpose()?;
+        let control = control_from_item(one(&n_.control))?;
+        let rate = match one(&n_.rate_limits) {
+            Some(i) => ddb::from_body(&i)?,
+            None => RateState {
+                operator_id: operator_id.to_string(),
+                ..RateState::default()
+            },
+        };
+        Ok(ExecuteSnapshot {
+            key,
+            plan,
+            control,
+            rate,
+        })
+    }
+
+    async fn commit(&self, c: &ExecuteCommit, now: Millis) -> StoreResult<CommitOutcome> {
+        let n_ = &self.names;
+        let mut items: Vec<TransactWriteItem> = Vec::new();
+        let mut kinds: Vec<Conflict> = Vec::new();
+
+        // The key.
+        let put = Put::builder()
+            .table_name(&n_.idempotency)
+            .set_item(Some(key_item(&c.key)?));
+        let put = match &c.key_condition {
+            KeyCondition::Absent => put
+                .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
+                .expression_attribute_values(":now", n(now)),
+            KeyCondition::ClaimedBy(owner) => put
+                .condition_expression("lease_owner = :owner AND expires_at > :now")
+                .expression_attribute_values(":owner", s(owner.clone()))
+                .expression_attribute_values(":now", n(now)),
+        };
+        items.push(
+            TransactWriteItem::builder()
+                .put(built(put.build())?)
+                .build(),
+        );
+        kinds.push(Conflict::Key);
+
+        // The plan: planned -> executed / closed.
+        if let Some((plan_id, change)) = &c.plan_change {
+            let (status, attr, value) = match change {
+                PlanChange::Execute { action_id } => ("executed", "action_id", action_id),
+                PlanChange::Close { reason_code } => ("closed", "closed_reason", reason_code),
+            };
+            let up = Update::builder()
+                .table_name(&n_.plans)
+                .key("plan_id", s(plan_id.clone()))
+                .update_expression(format!("SET #st = :new, {attr} = :v"))
+                .condition_expression("#st = :planned")
+                .expression_attribute_names("#st", "status")
+                .expression_attribute_values(":new", s(status))
+                .expression_attribute_values(":v", s(value.clone()))
+                .expression_attribute_values(":planned", s("planned"));
+            items.push(
+                TransactWriteItem::builder()
+                    .update(built(up.build())?)
+                    .build(),
+            );
+            kinds.push(Conflict::Plan);
+        }
+
+        // The control record still allows this action.
+        if let Some(a) = c.require_execute_allowed {
+            let mut expr = "rollout.#a = :execute".to_string();
+            let mut cc = ConditionCheck::builder()
+                .table_name(&n_.control)
+                .key("id", s(CONTROL_ID))
+                .expression_attribute_names("#a", a.as_str())
+                .expression_attribute_values(":execute", s("execute"));
+            if a.is_order_submission() {
+                expr.push_str(" AND trade_execute_enabled = :on");
+                cc = cc.expression_attribute_values(":on", AttributeValue::Bool(true));
+            }
+            // No control item yet means the defaults: everything enabled.
+            cc = cc.condition_expression(format!("attribute_not_exists(id) OR ({expr})"));
+            items.push(
+                TransactWriteItem::builder()
+                    .condition_check(built(cc.build())?)
+                    .build(),
+            );
+            kinds.push(Conflict::Control);
+        }
+
+        // The operator's rate state, by version.
+        if let Some((expected, state)) = &c.rate {
+            let mut next = state.clone();
+            next.version = expected + 1;
+            let put = Put::builder()
+                .table_name(&n_.rate_limits)
+                .item("operator_id", s(next.operator_id.clone()))
+                .item("version", n(next.version as i64))
+                .item("ttl", ddb::ttl_seconds(now + 3_600_000))
+                .item("body", ddb::body(&next)?)
+                .condition_expression("attribute_not_exists(operator_id) OR version = :v")
+                .expression_attribute_values(":v", n(*expected as i64));
+            items.push(
+                TransactWriteItem::builder()
+                    .put(built(put.build())?)
+                    .build(),
+            );
+            kinds.push(Conflict::Rate);
+        }
+
+        // The position is still inside the order's bounds (absent counts as 0).
+        if let Some(b) = &c.position_within {
+            let within = "quantity BETWEEN :lo AND :hi";
+            let expr = if b.min <= 0 && 0 <= b.max {
+                format!("attribute_not_exists(quantity) OR {within}")
+            } else {
+                within.to_string()
+            };
+            let cc = ConditionCheck::builder()
+                .table_name(&n_.positions)
+                .key("account_id", s(b.account_id.clone()))
+                .key("symbol", s(b.symbol.clone()))
+                .condition_expression(expr)
+                .expression_attribute_values(":lo", n(b.min))
+                .expression_attribute_values(":hi", n(b.max));
+            items.push(
+                TransactWriteItem::builder()
+                    .condition_check(built(cc.build())?)
+                    .build(),
+            );
+            kinds.push(Conflict::Position);
+        }
+
+        if let Some(a) = &c.action {
+            items.push(action_put(&n_.actions, a)?);
+            kinds.push(Conflict::Key);
+        }
+        items.push(audit_put(&n_.audit, &c.audit)?);
+        kinds.push(Conflict::Key);
+
+        match self
+            .ddb
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(CommitOutcome::Committed),
+            Err(e) => match conflict_of(&kinds, &e) {
+                Some(conflict) => Ok(CommitOutcome::Conflict(conflict)),
+                None => Err(unavailable("TransactWriteItems execute", &e)),
+            },
+        }
+    }
+
+    async fn mark_sent(
+        &self,
+        key: &KeyRecord,
+        lease_owner: &str,
+        action: &ActionRecord,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let n_ = &self.names;
+        let mut decided = key.clone();
+        decided.state = KeyState::Decided {
+            decision: Decision::Queued {
+                action_id: action.action_id.clone(),
+                plan_id: action.plan_id.clone(),
+                queue_target: action.queue_target,
+                resource_refs: action.resource_refs.clone(),
+            },
+        };
+        let put = Put::builder()
+            .table_name(&n_.idempotency)
+            .set_item(Some(key_item(&decided)?))
+            .condition_expression("lease_owner = :owner")
+            .expression_attribute_values(":owner", s(lease_owner));
+        let up = Update::builder()
+            .table_name(&n_.actions)
+            .key("action_id", s(action.action_id.clone()))
+            .update_expression("SET enqueued_at = if_not_exists(enqueued_at, :now), updated_at = :now REMOVE unsent")
+            .condition_expression("attribute_exists(action_id)")
+            .expression_attribute_values(":now", n(now));
+        match self
+            .ddb
+            .transact_write_items()
+            .transact_items(
+                TransactWriteItem::builder()
+                    .put(built(put.build())?)
+                    .build(),
+            )
+            .transact_items(
+                TransactWriteItem::builder()
+                    .update(built(up.build())?)
+                    .build(),
+            )
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if conflict_of(&[Conflict::Key, Conflict::Key], &e).is_some() => Ok(false),
+            Err(e) => Err(unavailable("TransactWriteItems mark sent", &e)),
+        }
+    }
+
+    async fn take_over(
+        &self,
+        principal: &str,
+        key: &str,
+        old_owner: &str,
+        new_owner: &str,
+        lease_until: Millis,
+    ) -> StoreResult<bool> {
+        let Some(item) = self
+            .get(
+                &self.names.idempotency,
+                &[("pk", s(idempotency_pk(principal, key)))],
+            )
+            .await?
+        else {
+            return Ok(false);
+        };
+        let mut rec: KeyRecord = ddb::from_body(&item)?;
+        match &mut rec.state {
+            KeyState::Claimed {
+                lease_owner,
+                lease_until: until,
+                ..
+            } if lease_owner == old_owner => {
+                *lease_owner = new_owner.to_string();
+                *until = lease_until;
+            }
+            _ => return Ok(false),
+        }
+        match self
+            .ddb
+            .put_item()
+            .table_name(&self.names.idempotency)
+            .set_item(Some(key_item(&rec)?))
+            .condition_expression("lease_owner = :old")
+            .expression_attribute_values(":old", s(old_owner))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se))
+                if matches!(
+                    se.err(),
+                    aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable("PutItem take over", &e)),
+        }
+    }
+}
+
+fn action_put(table: &str, a: &ActionRecord) -> StoreResult<TransactWriteItem> {
+    let mut item: Item = HashMap::from([
+        ("action_id".to_string(), s(a.action_id.clone())),
+        ("plan_id".to_string(), s(a.plan_id.clone())),
+        ("status".to_string(), s(a.status.as_str())),
+        ("created_at".to_string(), n(a.created_at)),
+        ("updated_at".to_string(), n(a.updated_at)),
+        ("body".to_string(), ddb::body(a)?),
+    ]);
+    if a.enqueued_at.is_none() {
+        item.insert("unsent".into(), s("1"));
+    }
+    let put = Put::builder()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression("attribute_not_exists(action_id)");
+    Ok(TransactWriteItem::builder()
+        .put(built(put.build())?)
+        .build())
+}

@@ -1,0 +1,202 @@
+//! The AWS backend: DynamoDB for every store, SQS for the queues, KMS for signing.
+//! Clients are built once (per cold start in Lambda) from the standard AWS environment;
+//! `AWS_ENDPOINT_URL` points them at an emulator. Every SDK call is recorded against the
+//! request being served (see `telemetry::record_call`), so request logs and tests can
+//! count AWS calls per operation.
+
+pub mod bootstrap;
+mod ddb;
+mod kms;
+mod ledger;
+mod reads;
+pub mod shapes;
+mod sqs;
+
+use std::sync::Arc;
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+
+pub use kms::KmsSigner;
+
+use crate::error::StoreError;
+
+/// Records each SDK operation (`DynamoDB.TransactWriteItems`, `SQS.SendMessage`, ...).
+#[derive(Debug, Default)]
+pub struct CallRecorder;
+
+impl Intercept for CallRecorder {
+    fn name(&self) -> &'static str {
+        "airlock-call-recorder"
+    }
+
+    // Once per operation (not per retry attempt); the operation's metadata is in the bag
+    // by now, unlike at `read_before_execution`.
+    fn read_before_serialization(
+        &self,
+        _context: &BeforeSerializationInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(m) = cfg.load::<Metadata>() {
+            crate::telemetry::record_call(m.service(), m.name());
+        }
+        Ok(())
+    }
+}
+
+/// Resolved resource names.
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub accounts: String,
+    pub positions: String,
+    pub orders: String,
+    pub jobs: String,
+    pub plans: String,
+    pub idempotency: String,
+    pub actions: String,
+    pub audit: String,
+    pub control: String,
+    pub rate_limits: String,
+    pub orders_queue_url: String,
+    pub jobs_queue_url: String,
+    pub signing_key_id: String,
+}
+
+/// The AWS clients and the names of the resources they use.
+#[derive(Clone)]
+pub struct Aws {
+    pub ddb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub kms: aws_sdk_kms::Client,
+    pub names: Arc<Names>,
+}
+
+/// The SDK configuration from the standard environment (credentials, region,
+/// `AWS_ENDPOINT_URL`), with adaptive retries for throttling.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(4))
+        .load()
+        .await
+}
+
+/// Clients with the call recorder, sharing one SDK configuration.
+pub fn clients(
+    conf: &aws_config::SdkConfig,
+) -> (
+    aws_sdk_dynamodb::Client,
+    aws_sdk_sqs::Client,
+    aws_sdk_kms::Client,
+) {
+    let ddb = aws_sdk_dynamodb::config::Builder::from(conf)
+        .interceptor(CallRecorder)
+        .build();
+    let sqs = aws_sdk_sqs::config::Builder::from(conf)
+        .interceptor(CallRecorder)
+        .build();
+    let kms = aws_sdk_kms::config::Builder::from(conf)
+        .interceptor(CallRecorder)
+        .build();
+    (
+        aws_sdk_dynamodb::Client::from_conf(ddb),
+        aws_sdk_sqs::Client::from_conf(sqs),
+        aws_sdk_kms::Client::from_conf(kms),
+    )
+}
+
+impl Aws {
+    /// Connects with names from the environment (the SAM template's variables), falling
+    /// back to the default names `airlock bootstrap` creates. Queue URLs not given are
+    /// looked up by name once.
+    pub async fn connect() -> Result<Aws, String> {
+        let conf = sdk_config().await;
+        let (ddb, sqs, kms) = clients(&conf);
+        let url = |shape: shapes::QueueShape| {
+            let sqs = sqs.clone();
+            async move {
+                if let Ok(u) = std::env::var(shape.env) {
+                    if !u.trim().is_empty() {
+                        return Ok(u);
+                    }
+                }
+                let name = shape.name();
+                sqs.get_queue_url()
+                    .queue_name(&name)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "{}: queue {name} not found ({}); run `airlock bootstrap`",
+                            shape.env,
+                            aws_error(&e)
+                        )
+                    })?
+                    .queue_url
+                    .ok_or_else(|| format!("{}: no URL for {name}", shape.env))
+            }
+        };
+        let names = Names {
+            accounts: shapes::ACCOUNTS.name(),
+            positions: shapes::POSITIONS.name(),
+            orders: shapes::ORDERS.name(),
+            jobs: shapes::JOBS.name(),
+            plans: shapes::PLANS.name(),
+            idempotency: shapes::IDEMPOTENCY.name(),
+            actions: shapes::ACTIONS.name(),
+            audit: shapes::AUDIT.name(),
+            control: shapes::CONTROL.name(),
+            rate_limits: shapes::RATE_LIMITS.name(),
+            orders_queue_url: url(shapes::ORDERS_QUEUE).await?,
+            jobs_queue_url: url(shapes::JOBS_QUEUE).await?,
+            signing_key_id: shapes::signing_key(),
+        };
+        Ok(Aws {
+            ddb,
+            sqs,
+            kms,
+            names: Arc::new(names),
+        })
+    }
+}
+
+/// A short description of an SDK error for logs: the service's error code, never a
+/// credential or a request body.
+pub fn aws_error<E, R>(e: &aws_sdk_dynamodb::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::fmt::Debug,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_dynamodb::error::SdkError;
+    match e {
+        SdkError::ServiceError(s) => {
+            let err = s.err();
+            format!(
+                "{}: {}",
+                err.code().unwrap_or("ServiceError"),
+                err.message().unwrap_or("")
+            )
+        }
+        SdkError::TimeoutError(_) => "timeout".into(),
+        SdkError::DispatchFailure(_) => "dispatch failure (connection)".into(),
+        SdkError::ResponseError(_) => "unparseable response".into(),
+        SdkError::ConstructionFailure(_) => "request construction failure".into(),
+        _ => "unknown SDK error".into(),
+    }
+}
+
+/// Any SDK failure is a retryable 503 for the client; the code goes to the logs.
+pub(crate) fn unavailable<E, R>(
+    what: &str,
+    e: &aws_sdk_dynamodb::error::SdkError<E, R>,
+) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::fmt::Debug,
+    R: std::fmt::Debug,
+{
+    StoreError::Unavailable(format!("{what}: {}", aws_error(e)))
+}

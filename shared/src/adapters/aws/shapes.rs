@@ -1,0 +1,226 @@
+//! The AWS resource shapes the code relies on, in one place: tables (keys, indexes, TTL
+//! attributes), queues, and the signing key alias, with the environment variable that
+//! names each one (the SAM template's `Environment` keys) and its default name (used by
+//! `airlock serve --backend aws` and `airlock bootstrap` against an emulator).
+//! The SAM template in `infra/` declares the same shapes; a test compares them.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Index {
+    pub name: &'static str,
+    pub partition: &'static str,
+    /// Sort keys of indexes here are strings or numbers, as `sort_is_number` says.
+    pub sort: &'static str,
+    pub sort_is_number: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    /// Environment variable holding the table name.
+    pub env: &'static str,
+    pub default_name: &'static str,
+    pub partition: &'static str,
+    pub sort: Option<&'static str>,
+    pub indexes: &'static [Index],
+    /// Epoch-seconds TTL attribute; DynamoDB deletes lazily, so code also compares it.
+    pub ttl: Option<&'static str>,
+}
+
+pub const ACCOUNTS: Table = Table {
+    env: "AIRLOCK_ACCOUNTS_TABLE",
+    default_name: "airlock-accounts",
+    partition: "account_id",
+    sort: None,
+    indexes: &[],
+    ttl: None,
+};
+
+pub const POSITIONS: Table = Table {
+    env: "AIRLOCK_POSITIONS_TABLE",
+    default_name: "airlock-positions",
+    partition: "account_id",
+    sort: Some("symbol"),
+    indexes: &[],
+    ttl: None,
+};
+
+/// `created_key` = zero-padded created_at millis, `#`, id: newest-first keyset order.
+pub const ORDERS: Table = Table {
+    env: "AIRLOCK_ORDERS_TABLE",
+    default_name: "airlock-orders",
+    partition: "order_id",
+    sort: None,
+    indexes: &[
+        Index {
+            name: "by_desk",
+            partition: "desk",
+            sort: "created_key",
+            sort_is_number: false,
+        },
+        Index {
+            name: "by_account",
+            partition: "account_id",
+            sort: "created_key",
+            sort_is_number: false,
+        },
+    ],
+    ttl: None,
+};
+
+pub const JOBS: Table = Table {
+    env: "AIRLOCK_JOBS_TABLE",
+    default_name: "airlock-jobs",
+    partition: "job_id",
+    sort: None,
+    indexes: &[Index {
+        name: "by_desk",
+        partition: "desk",
+        sort: "created_key",
+        sort_is_number: false,
+    }],
+    ttl: None,
+};
+
+pub const PLANS: Table = Table {
+    env: "AIRLOCK_PLANS_TABLE",
+    default_name: "airlock-plans",
+    partition: "plan_id",
+    sort: None,
+    indexes: &[],
+    ttl: Some("ttl"),
+};
+
+pub const IDEMPOTENCY: Table = Table {
+    env: "AIRLOCK_IDEMPOTENCY_TABLE",
+    default_name: "airlock-idempotency",
+    partition: "pk",
+    sort: None,
+    indexes: &[],
+    ttl: Some("ttl"),
+};
+
+/// `unsent` is present only until the action's message was sent: a sparse index the
+/// sweeper reads.
+pub const ACTIONS: Table = Table {
+    env: "AIRLOCK_ACTIONS_TABLE",
+    default_name: "airlock-actions",
+    partition: "action_id",
+    sort: None,
+    indexes: &[Index {
+        name: "unsent",
+        partition: "unsent",
+        sort: "created_at",
+        sort_is_number: true,
+    }],
+    ttl: None,
+};
+
+/// Audit records by plan, in time order (`seq` = zero-padded millis, `#`, audit id).
+pub const AUDIT: Table = Table {
+    env: "AIRLOCK_AUDIT_TABLE",
+    default_name: "airlock-audit",
+    partition: "plan_id",
+    sort: Some("seq"),
+    indexes: &[],
+    ttl: None,
+};
+
+pub const CONTROL: Table = Table {
+    env: "AIRLOCK_CONTROL_TABLE",
+    default_name: "airlock-control",
+    partition: "id",
+    sort: None,
+    indexes: &[],
+    ttl: None,
+};
+
+pub const RATE_LIMITS: Table = Table {
+    env: "AIRLOCK_RATE_LIMITS_TABLE",
+    default_name: "airlock-rate-limits",
+    partition: "operator_id",
+    sort: None,
+    indexes: &[],
+    ttl: Some("ttl"),
+};
+
+pub const TABLES: &[Table] = &[
+    ACCOUNTS,
+    POSITIONS,
+    ORDERS,
+    JOBS,
+    PLANS,
+    IDEMPOTENCY,
+    ACTIONS,
+    AUDIT,
+    CONTROL,
+    RATE_LIMITS,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueShape {
+    /// Environment variable holding the queue URL.
+    pub env: &'static str,
+    pub default_name: &'static str,
+    pub fifo: bool,
+    pub dead_letter_name: &'static str,
+    /// Receives before a message moves to the dead-letter queue.
+    pub max_receive_count: u32,
+}
+
+pub const ORDERS_QUEUE: QueueShape = QueueShape {
+    env: "AIRLOCK_ORDERS_QUEUE_URL",
+    default_name: "airlock-orders.fifo",
+    fifo: true,
+    dead_letter_name: "airlock-orders-dlq.fifo",
+    max_receive_count: 5,
+};
+
+pub const JOBS_QUEUE: QueueShape = QueueShape {
+    env: "AIRLOCK_JOBS_QUEUE_URL",
+    default_name: "airlock-jobs",
+    fifo: false,
+    dead_letter_name: "airlock-jobs-dlq",
+    max_receive_count: 5,
+};
+
+pub const QUEUES: &[QueueShape] = &[ORDERS_QUEUE, JOBS_QUEUE];
+
+/// Environment variable naming the KMS signing key (id, ARN or alias).
+pub const SIGNING_KEY_ENV: &str = "AIRLOCK_SIGNING_KEY_ID";
+
+/// `AIRLOCK_RESOURCE_PREFIX` goes before every default name, so several stacks (or test
+/// runs) can share one account or emulator.
+pub fn prefix() -> String {
+    std::env::var("AIRLOCK_RESOURCE_PREFIX").unwrap_or_default()
+}
+
+fn from_env(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Table {
+    /// The table's name: its environment variable, else the prefixed default.
+    pub fn name(&self) -> String {
+        from_env(self.env).unwrap_or_else(|| format!("{}{}", prefix(), self.default_name))
+    }
+}
+
+impl QueueShape {
+    /// The queue's name (prefixed default; the environment gives URLs, not names).
+    pub fn name(&self) -> String {
+        format!("{}{}", prefix(), self.default_name)
+    }
+
+    pub fn dead_letter(&self) -> String {
+        format!("{}{}", prefix(), self.dead_letter_name)
+    }
+}
+
+/// The signing key: `AIRLOCK_SIGNING_KEY_ID`, else the prefixed default alias.
+pub fn signing_key() -> String {
+    from_env(SIGNING_KEY_ENV).unwrap_or_else(|| default_signing_alias())
+}
+
+/// The alias `airlock bootstrap` creates.
+pub fn default_signing_alias() -> String {
+    format!("alias/{}airlock-confirmation", prefix())
+}
