@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -44,26 +45,86 @@ pub fn temp_state_dir() -> PathBuf {
     d
 }
 
-pub struct Server {
-    child: Option<Child>,
-    pub base: String,
-    pub state_dir: PathBuf,
-    env: Vec<(String, String)>,
-    keep_dir: bool,
+/// Which backend a server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Embedded,
+    Aws,
 }
 
-impl Server {
-    /// A server on a new state dir with the given extra environment.
-    pub fn start(env: &[(&str, &str)]) -> Server {
-        Server::start_in(temp_state_dir(), env)
+/// Runs one async test body against both backends: `both!(name)` defines
+/// `name::embedded` and `name::aws`, each calling `name(Backend)`.
+#[macro_export]
+macro_rules! both {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn embedded() {
+                super::$name($crate::Backend::Embedded).await
+            }
+            #[tokio::test]
+            async fn aws() {
+                super::$name($crate::Backend::Aws).await
+            }
+        }
+    };
+}
+
+/// Where servers keep their state: a state dir and, on AWS, an emulator (moto) holding the
+/// tables, queues and key. A stack outlives a crashed server, so a restart finds its state.
+pub struct Stack {
+    pub backend: Backend,
+    pub state_dir: PathBuf,
+    moto: Option<moto::Moto>,
+    bootstrapped: bool,
+}
+
+impl Stack {
+    pub fn new(backend: Backend) -> Stack {
+        Stack {
+            backend,
+            state_dir: temp_state_dir(),
+            moto: match backend {
+                Backend::Aws => Some(moto::Moto::start()),
+                Backend::Embedded => None,
+            },
+            bootstrapped: false,
+        }
     }
 
-    /// A server on an existing state dir (a restart).
-    pub fn start_in(state_dir: PathBuf, env: &[(&str, &str)]) -> Server {
-        let env: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+    /// The environment every process of this stack gets (backend, emulator endpoint).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![(
+            "AIRLOCK_BACKEND".to_string(),
+            match self.backend {
+                Backend::Embedded => "embedded",
+                Backend::Aws => "aws",
+            }
+            .to_string(),
+        )];
+        if let Some(m) = &self.moto {
+            env.extend(m.env());
+        }
+        env
+    }
+
+    /// Runs the CLI on this stack with extra environment.
+    pub fn cli(&self, extra: &[(&str, &str)], args: &[&str]) -> String {
+        let mut env = self.env();
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        cli(&self.state_dir, &env, args)
+    }
+
+    /// Starts `airlock serve` on this stack (bootstrapping the AWS resources and demo data
+    /// on first use, at the instant `AIRLOCK_NOW` of `env` if given).
+    pub fn start(mut self, env: &[(&str, &str)]) -> Server {
+        if self.backend == Backend::Aws && !self.bootstrapped {
+            self.cli(env, &["bootstrap", "--demo-data"]);
+            self.bootstrapped = true;
+        }
+        let mut full = self.env();
+        full.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let state_dir = self.state_dir.clone();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -79,7 +140,7 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
-        for (k, v) in &env {
+        for (k, v) in &full {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn airlock serve");
@@ -90,33 +151,83 @@ impl Server {
             let _ = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(line);
         });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| {
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
                 panic!(
                     "airlock serve did not start; see {}",
                     state_dir.join("serve.log").display()
                 )
-            });
-        let base = line
+            }
+        };
+        let Some(base) = line
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
-            .to_string();
+            .map(String::from)
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "airlock serve did not start ({line:?}); see {}",
+                state_dir.join("serve.log").display()
+            )
+        };
         Server {
             child: Some(child),
             base,
             state_dir,
-            env,
-            keep_dir: false,
+            backend: self.backend,
+            env: full,
+            stack: Some(self),
         }
     }
+}
 
-    /// Stops the process (SIGKILL: a crash) and keeps the state dir for a restart.
-    pub fn crash(mut self) -> PathBuf {
-        self.keep_dir = true;
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.state_dir);
+        }
+    }
+}
+
+pub struct Server {
+    child: Option<Child>,
+    pub base: String,
+    pub state_dir: PathBuf,
+    pub backend: Backend,
+    env: Vec<(String, String)>,
+    stack: Option<Stack>,
+}
+
+impl Server {
+    /// A server on the embedded backend with a new state dir.
+    pub fn start(env: &[(&str, &str)]) -> Server {
+        Stack::new(Backend::Embedded).start(env)
+    }
+
+    /// A server on the given backend with new state.
+    pub fn start_on(backend: Backend, env: &[(&str, &str)]) -> Server {
+        Stack::new(backend).start(env)
+    }
+
+    /// An embedded server on an existing state dir.
+    pub fn start_in(state_dir: PathBuf, env: &[(&str, &str)]) -> Server {
+        Stack {
+            backend: Backend::Embedded,
+            state_dir,
+            moto: None,
+            bootstrapped: false,
+        }
+        .start(env)
+    }
+
+    /// Stops the process (SIGKILL: a crash) and keeps its state for a restart.
+    pub fn crash(mut self) -> Stack {
         self.stop();
-        self.state_dir.clone()
+        self.stack.take().expect("stack")
     }
 
     fn stop(&mut self) {
@@ -126,8 +237,8 @@ impl Server {
         }
     }
 
-    /// Waits for the process to exit by itself (e.g. a failpoint abort), then keeps the dir.
-    pub fn wait_exit(mut self, timeout: Duration) -> PathBuf {
+    /// Waits for the process to exit by itself (e.g. a failpoint abort); keeps the state.
+    pub fn wait_exit(mut self, timeout: Duration) -> Stack {
         let start = Instant::now();
         if let Some(c) = self.child.as_mut() {
             while start.elapsed() < timeout {
@@ -137,21 +248,19 @@ impl Server {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        self.keep_dir = true;
-        self.stop();
-        self.state_dir.clone()
+        self.crash()
     }
 
-    /// The OS process id of the running server (for CPU accounting in benchmarks).
+    /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().map(|c| c.id())
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{BASE}{path}", self.base)
     }
 
-    /// Runs the CLI on this server's state dir and environment; returns stdout.
+    /// Runs the CLI on this server's state and environment; returns stdout.
     pub fn cli(&self, args: &[&str]) -> String {
         cli(&self.state_dir, &self.env, args)
     }
@@ -177,37 +286,41 @@ impl Server {
         )
     }
 
+    /// The embedded backend's database (embedded servers only).
     pub fn db(&self) -> rusqlite::Connection {
+        assert_eq!(
+            self.backend,
+            Backend::Embedded,
+            "db() is for the embedded backend"
+        );
         let c = rusqlite::Connection::open(self.state_dir.join("airlock.db")).expect("open db");
         c.busy_timeout(Duration::from_secs(5))
             .expect("busy timeout");
         c
     }
 
-    /// Messages in the embedded queue.
+    /// Messages in both queues (waiting or in flight), through `airlock queues`.
     pub fn queued_messages(&self) -> i64 {
-        self.db()
-            .query_row("SELECT COUNT(*) FROM queue", [], |r| r.get(0))
-            .expect("count queue")
+        self.cli(&["queues"])
+            .lines()
+            .flat_map(|l| l.split_whitespace())
+            .filter_map(|w| w.split_once('='))
+            .map(|(_, n)| n.parse::<i64>().expect("a count"))
+            .sum()
     }
 
-    pub fn audit_count(&self, where_sql: &str) -> i64 {
-        self.db()
-            .query_row(
-                &format!("SELECT COUNT(*) FROM audit WHERE {where_sql}"),
-                [],
-                |r| r.get(0),
-            )
-            .expect("count audit")
+    /// The audit trail of a plan or action, through `airlock audit`.
+    pub fn audit(&self, id: &str) -> Vec<Value> {
+        self.cli(&["audit", id])
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit JSON line"))
+            .collect()
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
-        if !self.keep_dir && !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.state_dir);
-        }
     }
 }
 

@@ -48,12 +48,24 @@ impl Moto {
             .to_path_buf()
     }
 
-    /// `$AIRLOCK_MOTO_SERVER`, else `<repo>/.venv/bin/moto_server` (which may not exist).
+    /// `$AIRLOCK_MOTO_SERVER` (a `moto_server`-like program taking `-H HOST -p PORT`),
+    /// else `<repo>/.venv/bin/python` running `scripts/moto_serial.py`: moto answering one
+    /// request at a time, because its threaded server does not isolate concurrent
+    /// DynamoDB transactions (see that script). The path may not exist.
     pub fn binary() -> PathBuf {
         match std::env::var_os("AIRLOCK_MOTO_SERVER") {
             Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => Self::repo_root().join(".venv/bin/moto_server"),
+            _ => Self::repo_root().join(".venv/bin/python"),
         }
+    }
+
+    /// The command that starts the server, without its `-H`/`-p` arguments.
+    fn command(bin: &Path) -> Command {
+        let mut cmd = Command::new(bin);
+        if std::env::var_os("AIRLOCK_MOTO_SERVER").is_none_or(|p| p.is_empty()) {
+            cmd.arg(Self::repo_root().join("scripts/moto_serial.py"));
+        }
+        cmd
     }
 
     /// Starts a fresh server (empty state). Panics if the emulator is not installed or does
@@ -104,7 +116,7 @@ impl Moto {
         let log = dir.join("moto.log");
         let out = std::fs::File::create(&log).map_err(|e| format!("log file: {e}"))?;
         let err = out.try_clone().map_err(|e| format!("log file: {e}"))?;
-        let child = Command::new(bin)
+        let child = Self::command(bin)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .env_remove("MOTO_PORT")
             .current_dir(&dir)

@@ -1,7 +1,7 @@
 //! CL rules through HTTP with `AIRLOCK_NOW` pinned: market hours, expiry, the close-only
 //! window, symbol rules, and the execute-time re-check.
 
-use airlock_tests::{Resp, Server};
+use airlock_tests::{both, Backend, Resp, Server};
 use serde_json::json;
 
 fn check<'a>(plan: &'a Resp, name: &str) -> &'a serde_json::Value {
@@ -13,8 +13,8 @@ fn check<'a>(plan: &'a Resp, name: &str) -> &'a serde_json::Value {
         .unwrap_or_else(|| panic!("no check {name} in {:?}", plan.body))
 }
 
-async fn plan_at(now: &str, symbol: &str, side: &str, qty: u32) -> Resp {
-    let s = Server::start(&[("AIRLOCK_NOW", now)]);
+async fn plan_at(b: Backend, now: &str, symbol: &str, side: &str, qty: u32) -> Resp {
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", now)]);
     let t = s.trader();
     t.post(
         "/actions/plan",
@@ -23,15 +23,15 @@ async fn plan_at(now: &str, symbol: &str, side: &str, qty: u32) -> Resp {
     .await
 }
 
-#[tokio::test]
-async fn market_open_follows_the_globex_week_halts_and_holidays() {
+both!(market_open_follows_the_globex_week_halts_and_holidays);
+async fn market_open_follows_the_globex_week_halts_and_holidays(b: Backend) {
     // Monday 09:00 CT: open, executable.
-    let p = plan_at("2026-11-23T15:00:00Z", "CLF27", "buy", 1).await;
+    let p = plan_at(b, "2026-11-23T15:00:00Z", "CLF27", "buy", 1).await;
     assert_eq!(p["executable"], true, "{:?}", p.body);
     assert_eq!(check(&p, "market_open")["status"], "pass");
 
     // The daily halt, Monday 16:30 CT.
-    let p = plan_at("2026-11-23T22:30:00Z", "CLF27", "buy", 1).await;
+    let p = plan_at(b, "2026-11-23T22:30:00Z", "CLF27", "buy", 1).await;
     let c = check(&p, "market_open");
     assert_eq!(
         (c["status"].as_str(), p["executable"].as_bool()),
@@ -41,7 +41,7 @@ async fn market_open_follows_the_globex_week_halts_and_holidays() {
     assert!(p["confirmation_token"].is_null());
 
     // Saturday.
-    let p = plan_at("2026-11-21T18:00:00Z", "CLF27", "buy", 1).await;
+    let p = plan_at(b, "2026-11-21T18:00:00Z", "CLF27", "buy", 1).await;
     let c = check(&p, "market_open");
     assert_eq!(c["status"], "fail");
     assert!(c["reason"].as_str().unwrap().contains("weekend"), "{c}");
@@ -54,7 +54,7 @@ async fn market_open_follows_the_globex_week_halts_and_holidays() {
     );
 
     // Christmas Day, a full exchange holiday (a Friday in 2026).
-    let p = plan_at("2026-12-25T16:00:00Z", "CLG27", "buy", 1).await;
+    let p = plan_at(b, "2026-12-25T16:00:00Z", "CLG27", "buy", 1).await;
     let c = check(&p, "market_open");
     assert_eq!(c["status"], "fail", "{c}");
     assert!(
@@ -67,14 +67,14 @@ async fn market_open_follows_the_globex_week_halts_and_holidays() {
     );
 
     // Sunday 17:05 CT (23:05Z in November, CST): open again.
-    let p = plan_at("2026-11-22T23:05:00Z", "CLF27", "buy", 1).await;
+    let p = plan_at(b, "2026-11-22T23:05:00Z", "CLF27", "buy", 1).await;
     assert_eq!(check(&p, "market_open")["status"], "pass", "{:?}", p.body);
 }
 
-#[tokio::test]
-async fn expired_contracts_and_the_close_only_window() {
+both!(expired_contracts_and_the_close_only_window);
+async fn expired_contracts_and_the_close_only_window(b: Backend) {
     // CLZ26 stopped trading at 13:30 CT on Friday 2026-11-20.
-    let p = plan_at("2026-11-23T15:00:00Z", "CLZ26", "buy", 1).await;
+    let p = plan_at(b, "2026-11-23T15:00:00Z", "CLZ26", "buy", 1).await;
     let c = check(&p, "contract_not_expired");
     assert_eq!(c["status"], "fail");
     assert_eq!(
@@ -83,7 +83,7 @@ async fn expired_contracts_and_the_close_only_window() {
     );
     assert_eq!(p["normalized_payload"]["last_trade_date"], "2026-11-20");
     // Ten minutes before the cut-off it still trades.
-    let p = plan_at("2026-11-20T19:20:00Z", "CLZ26", "sell", 1).await;
+    let p = plan_at(b, "2026-11-20T19:20:00Z", "CLZ26", "sell", 1).await;
     assert_eq!(
         check(&p, "contract_not_expired")["status"],
         "pass",
@@ -93,9 +93,9 @@ async fn expired_contracts_and_the_close_only_window() {
 
     // CLF27's last trading day is Mon 2026-12-21; on Thu 2026-12-17 it is two business
     // days away: close-only. ACC-1 holds +3 CLF27 in the demo data seeded a month before.
-    let seeded = Server::start(&[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
+    let seeded = Server::start_on(b, &[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
     let dir = seeded.crash();
-    let s = Server::start_in(dir, &[("AIRLOCK_NOW", "2026-12-17T15:00:00Z")]);
+    let s = dir.start(&[("AIRLOCK_NOW", "2026-12-17T15:00:00Z")]);
     let t = s.trader();
     let order = |side: &str, qty: u32| json!({"action_type": "order.submit.cl", "payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": side, "quantity": qty, "order_type": "market"}, "requested_by": "op-energy-trader"});
     let buy = t.post("/actions/plan", &order("buy", 1)).await;
@@ -116,9 +116,9 @@ async fn expired_contracts_and_the_close_only_window() {
     assert_eq!(check(&flip, "expiry_window")["status"], "fail");
 }
 
-#[tokio::test]
-async fn symbols_sizes_prices_and_order_types() {
-    let s = Server::start(&[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
+both!(symbols_sizes_prices_and_order_types);
+async fn symbols_sizes_prices_and_order_types(b: Backend) {
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
     let t = s.trader();
     let plan = |payload: serde_json::Value| {
         let t = t.clone();
@@ -236,14 +236,14 @@ async fn symbols_sizes_prices_and_order_types() {
         .starts_with("job_"));
 }
 
-#[tokio::test]
-async fn execute_re_runs_the_time_sensitive_checks() {
+both!(execute_re_runs_the_time_sensitive_checks);
+async fn execute_re_runs_the_time_sensitive_checks(b: Backend) {
     // Planned at 15:58 CT, executed after the 16:00 CT halt began.
-    let s = Server::start(&[("AIRLOCK_NOW", "2026-11-23T21:58:00Z")]);
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", "2026-11-23T21:58:00Z")]);
     let p = s.trader().plan_buy("CLF27", 1).await;
     assert_eq!(p["executable"], true, "{:?}", p.body);
     let dir = s.crash();
-    let later = Server::start_in(dir, &[("AIRLOCK_NOW", "2026-11-23T22:01:00Z")]);
+    let later = dir.start(&[("AIRLOCK_NOW", "2026-11-23T22:01:00Z")]);
     let t = later.trader();
     let r = t.execute(&p, "halt-1").await;
     assert_eq!(

@@ -277,3 +277,16 @@ pub async fn queues(cfg: Config, backend: Backend) -> Result<(), String> {
     }
     Ok(())
 }
+
+pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), String> {
+    use p256::pkcs8::{EncodePublicKey, LineEnding};
+    let state = state(cfg, backend).await?;
+    let signer = &state.ports.signer;
+    let pem = signer
+        .public_key()
+        .to_public_key_pem(LineEnding::LF)
+        .map_err(|e| e.to_string())?;
+    eprintln!("kid: {}", signer.key_id());
+    print!("{pem}");
+    Ok(())
+}

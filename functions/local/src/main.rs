@@ -70,6 +70,8 @@ enum Command {
     Audit { id: String },
     /// Messages per queue: waiting, and received but not yet deleted.
     Queues,
+    /// Print the confirmation-token public key (PEM) and its key id.
+    ConfirmationKey,
     /// Load benchmark data: N extra filled orders.
     #[command(hide = true)]
     SeedOrders { n: usize },
@@ -103,6 +105,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Audit { id } => commands::audit(cfg, backend, &id).await,
             Command::Queues => commands::queues(cfg, backend).await,
+            Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
             Command::Bootstrap { demo_data } => commands::bootstrap(cfg, demo_data).await,
             Command::SeedOrders { n } => commands::seed_orders(cfg, backend, n).await,
         }
