@@ -309,6 +309,24 @@ impl Server {
             .sum()
     }
 
+    /// Stops the AWS emulator under a running server (an outage).
+    pub fn stop_emulator(&mut self) {
+        if let Some(m) = self.stack.as_mut().and_then(|s| s.moto.as_mut()) {
+            m.stop();
+        }
+    }
+
+    /// The request log lines `airlock serve` wrote (JSON), oldest first.
+    pub fn request_log(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.state_dir.join("serve.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["fields"]["message"] == "request")
+            .map(|v| v["fields"].clone())
+            .collect()
+    }
+
     /// The audit trail of a plan or action, through `airlock audit`.
     pub fn audit(&self, id: &str) -> Vec<Value> {
         self.cli(&["audit", id])

@@ -1,0 +1,98 @@
+//! AWS-backend specifics on the moto emulator: AWS calls per operation (counted by an SDK
+//! interceptor and logged per request), and outages that become a retryable 503 with
+//! nothing half-written and no SDK text in the answer.
+
+use airlock_tests::{Backend, Server, MARKET_OPEN};
+
+fn calls_of(s: &Server, method: &str, path_end: &str, status: u64) -> Vec<Vec<String>> {
+    s.request_log()
+        .into_iter()
+        .filter(|l| {
+            l["method"] == method
+                && l["path"].as_str().unwrap_or("").ends_with(path_end)
+                && l["status"].as_u64() == Some(status)
+        })
+        .map(|l| {
+            l["backend_calls"]
+                .as_str()
+                .unwrap_or("")
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn aws_calls_per_operation() {
+    let s = Server::start_on(Backend::Aws, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let p = t.plan_buy("CLF27", 1).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    assert_eq!(t.execute(&p, "calls-1").await.status, 202);
+    assert_eq!(t.execute(&p, "calls-1").await.status, 200);
+    assert_eq!(t.get("/orders?limit=10").await.status, 200);
+
+    let plan = calls_of(&s, "POST", "/actions/plan", 200);
+    assert_eq!(plan.len(), 1);
+    let signs = plan[0]
+        .iter()
+        .filter(|c| c.starts_with("KMS."))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        signs,
+        ["KMS.Sign"],
+        "plan signs exactly once: {:?}",
+        plan[0]
+    );
+
+    let queued = calls_of(&s, "POST", "/actions/execute", 202);
+    assert_eq!(
+        queued[0],
+        [
+            "DynamoDB.BatchGetItem",
+            "DynamoDB.TransactWriteItems",
+            "SQS.SendMessage",
+            "DynamoDB.TransactWriteItems"
+        ],
+        "execute: one read, one atomic commit, one send, one conditional finish; no KMS"
+    );
+    let replay = calls_of(&s, "POST", "/actions/execute", 200);
+    assert!(
+        replay[0]
+            .iter()
+            .all(|c| !c.starts_with("KMS.") && !c.starts_with("SQS.")),
+        "a replay neither signs nor sends: {:?}",
+        replay[0]
+    );
+    assert!(replay[0].len() <= 2, "{:?}", replay[0]);
+}
+
+#[tokio::test]
+async fn an_aws_outage_is_a_clean_503() {
+    let mut s = Server::start_on(Backend::Aws, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let p = t.plan_buy("CLF27", 1).await;
+    assert_eq!(p["executable"], true);
+    s.stop_emulator();
+    for r in [
+        t.get("/accounts").await,
+        t.plan_buy("CLF27", 1).await,
+        t.execute(&p, "outage-1").await,
+    ] {
+        assert_eq!(
+            (r.status, r.code()),
+            (503, "upstream_unavailable"),
+            "{:?}",
+            r.body
+        );
+        let text = r.body.to_string();
+        for leak in ["dispatch", "Dynamo", "hyper", "127.0.0.1", "connection"] {
+            assert!(
+                !text.contains(leak),
+                "no SDK detail reaches the client: {text}"
+            );
+        }
+    }
+}
