@@ -62,8 +62,17 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     pub cursors: CursorCodec,
     pub confirmations: Arc<ConfirmationVerifier>,
+    /// The process's policy: the state dir's `policy.json`, or the defaults. A policy in
+    /// the control record takes precedence (see [`AppState::policy_for`]).
     pub policy: Arc<Policy>,
     pub ports: Ports,
+}
+
+impl AppState {
+    /// The policy in force under this control record.
+    pub fn policy_for<'a>(&'a self, control: &'a crate::records::Control) -> &'a Policy {
+        control.policy.as_ref().unwrap_or(&self.policy)
+    }
 }
 
 /// Files in the state dir.

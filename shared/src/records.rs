@@ -218,6 +218,10 @@ pub struct Control {
     pub updated_at: Millis,
     pub updated_by: String,
     pub reason: Option<String>,
+    /// The risk policy in force, when set here (`airlock policy set`); otherwise the
+    /// process's own (the state dir's `policy.json`, or the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::policy::Policy>,
 }
 
 impl Default for Control {
@@ -231,6 +235,7 @@ impl Default for Control {
             updated_at: 0,
             updated_by: "default".into(),
             reason: None,
+            policy: None,
         }
     }
 }

@@ -260,6 +260,11 @@ impl Server {
         format!("{}{BASE}{path}", self.base)
     }
 
+    /// The environment the CLI runs with for this server.
+    pub fn cli_env(&self) -> Vec<(String, String)> {
+        self.env.clone()
+    }
+
     /// Runs the CLI on this server's state and environment; returns stdout.
     pub fn cli(&self, args: &[&str]) -> String {
         cli(&self.state_dir, &self.env, args)

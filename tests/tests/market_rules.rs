@@ -306,3 +306,49 @@ async fn execute_checks_the_position_limit_against_the_current_position() {
     let p = t.plan_buy("CLF27", 5).await;
     assert_eq!(t.execute(&p, "pos-2").await.status, 202);
 }
+
+both!(the_policy_in_the_control_record_takes_effect_at_once);
+async fn the_policy_in_the_control_record_takes_effect_at_once(b: Backend) {
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", "2026-11-23T15:00:00Z")]);
+    let t = s.trader();
+    let p = t.plan_buy("CLF27", 3).await;
+    assert_eq!(p["executable"], true);
+    let file = s.state_dir.join("tight.json");
+    std::fs::write(&file, r#"{"version": "tight-2", "max_order_size": 2}"#).unwrap();
+    let out = s.cli(&["policy", "set", file.to_str().unwrap()]);
+    assert!(out.contains("\"max_order_size\": 2"), "{out}");
+    // Planned before: the execute re-check uses the policy in force now.
+    let r = t.execute(&p, "tight-1").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "policy_violation"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(
+        r.body["error"]["details"][0]["field"],
+        "risk_checks/max_order_size"
+    );
+    let q = t.plan_buy("CLF27", 3).await;
+    assert_eq!(check(&q, "max_order_size")["status"], "fail");
+    assert!(q["policy_version"]
+        .as_str()
+        .unwrap()
+        .starts_with("tight-2+cme-"));
+    // Unknown fields are refused: a typo never loosens a limit.
+    std::fs::write(&file, r#"{"max_ordr_size": 100}"#).unwrap();
+    let out = std::process::Command::new(airlock_tests::binary())
+        .args([
+            "--state-dir",
+            s.state_dir.to_str().unwrap(),
+            "policy",
+            "set",
+            file.to_str().unwrap(),
+        ])
+        .envs(s.cli_env())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    s.cli(&["policy", "reset"]);
+    assert_eq!(t.plan_buy("CLF27", 3).await["executable"], true);
+}

@@ -290,3 +290,48 @@ pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), Strin
     print!("{pem}");
     Ok(())
 }
+
+pub async fn policy(
+    cfg: Config,
+    backend: Backend,
+    action: &str,
+    file: Option<std::path::PathBuf>,
+) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
+    let store = state.ports.control.as_ref();
+    let mut c = store.get_control().await.map_err(|e| e.to_string())?;
+    match (action, file) {
+        ("show", None) => {}
+        ("set", Some(path)) => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let p: airlock::policy::Policy =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            p.validate()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            c.policy = Some(p);
+            c.updated_at = state.clock.now_ms();
+            c.updated_by = who();
+            store.put_control(&c).await.map_err(|e| e.to_string())?;
+        }
+        ("reset", None) => {
+            c.policy = None;
+            c.updated_at = state.clock.now_ms();
+            c.updated_by = who();
+            store.put_control(&c).await.map_err(|e| e.to_string())?;
+        }
+        _ => return Err("usage: airlock policy show | set FILE | reset".into()),
+    }
+    let source = if c.policy.is_some() {
+        "control record"
+    } else {
+        "process default"
+    };
+    let p = state.policy_for(&c);
+    eprintln!("policy from the {source}");
+    println!(
+        "{}",
+        serde_json::to_string_pretty(p).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}

@@ -66,6 +66,13 @@ enum Command {
         action_type: Option<String>,
         mode: Option<String>,
     },
+    /// Show the risk policy in force, set it from a JSON file, or reset it to the process's.
+    Policy {
+        #[arg(value_parser = ["show", "set", "reset"])]
+        action: String,
+        /// The policy JSON file (`set`); unknown fields are refused.
+        file: Option<PathBuf>,
+    },
     /// Print the audit trail of a plan or action id, in time order.
     Audit { id: String },
     /// Messages per queue: waiting, and received but not yet deleted.
@@ -105,6 +112,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Audit { id } => commands::audit(cfg, backend, &id).await,
             Command::Queues => commands::queues(cfg, backend).await,
+            Command::Policy { action, file } => commands::policy(cfg, backend, &action, file).await,
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
             Command::Bootstrap { demo_data } => commands::bootstrap(cfg, demo_data).await,
             Command::SeedOrders { n } => commands::seed_orders(cfg, backend, n).await,

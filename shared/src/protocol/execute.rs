@@ -370,7 +370,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
         Verdict::Accept { rate, bounds } => match accept(ctx, &plan, rate, bounds, now).await? {
             Attempt::Done(outcome) => return Ok(Some(outcome)),
             Attempt::Retry => return Ok(None),
-            Attempt::PositionMoved => match position_violation(st, &plan).await? {
+            Attempt::PositionMoved => match position_violation(st, &plan, &snap.control).await? {
                 Some(error) => Verdict::Reject { error, close: true },
                 None => return Ok(None),
             },
@@ -520,7 +520,7 @@ async fn decide(
         // The time and size re-checks here; the position ones as a condition of the commit.
         let (order, contract) = plan_order(plan)?;
         let inputs = OrderInputs {
-            policy: &st.policy,
+            policy: st.policy_for(control),
             calendar: ExchangeCalendar::cme(),
             now: st.clock.now(),
             account_id: &plan.account_id,
@@ -591,11 +591,12 @@ fn policy_violation(failed: &[RiskCheck]) -> ApiError {
 async fn position_violation(
     st: &AppState,
     plan: &PlanRecord,
+    control: &Control,
 ) -> Result<Option<ApiError>, ApiError> {
     let (order, contract) = plan_order(plan)?;
     let position = order_inputs_position(st, &plan.account_id, contract).await?;
     let inputs = OrderInputs {
-        policy: &st.policy,
+        policy: st.policy_for(control),
         calendar: ExchangeCalendar::cme(),
         now: st.clock.now(),
         account_id: &plan.account_id,

@@ -143,7 +143,7 @@ async fn evaluate_order(
     let contract = ClContract::parse(&o.symbol).ok();
     let position = order_inputs_position(state, &account.account_id, contract).await?;
     let inputs = OrderInputs {
-        policy: &state.policy,
+        policy: state.policy_for(control),
         calendar: cal,
         now: state.clock.now(),
         account_id: &account.account_id,
@@ -185,7 +185,7 @@ async fn evaluate_cancel(
     let order = state.ports.orders.get_order(c.order_id.as_str()).await?;
     let checks = policy::check_order_cancel(
         &CancelInputs {
-            policy: &state.policy,
+            policy: state.policy_for(control),
             account: &account,
             order: order.as_ref(),
             order_id: c.order_id.as_str(),
@@ -217,7 +217,7 @@ async fn evaluate_sync(
     control: &crate::records::Control,
 ) -> Result<Evaluated, ApiError> {
     let account = visible_account(state, caller, s.account_id.as_str()).await?;
-    let checks = policy::check_positions_sync(&state.policy, &account, control);
+    let checks = policy::check_positions_sync(state.policy_for(control), &account, control);
     Ok(Evaluated {
         preview: format!(
             "Rebuild the positions of {} from the broker's view and record what changed.",
@@ -262,7 +262,9 @@ pub async fn plan(
     let plan_id = new_id("pln", now);
     let hash = payload_hash(&eval.normalized);
     let executable = !eval.checks.iter().any(RiskCheck::failed);
-    let policy_version = state.policy.full_version(ExchangeCalendar::cme());
+    let policy_version = state
+        .policy_for(&control)
+        .full_version(ExchangeCalendar::cme());
     let confirmation_token = if executable {
         let claims = ConfirmationClaims {
             iss: CONFIRMATION_ISSUER.into(),
