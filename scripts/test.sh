@@ -18,5 +18,8 @@ cargo build -p airlock-local --features failpoints
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 cp "$target_dir/debug/airlock" "$target_dir/debug/airlock-failpoints"
 
+echo "== build every binary (the Lambda tests run the real function binaries)"
+cargo build --workspace --bins
+
 echo "== tests"
 cargo test --workspace

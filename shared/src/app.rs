@@ -32,12 +32,17 @@ pub struct Ports {
     pub queue: Arc<dyn Queue>,
     pub signer: Arc<dyn Signer>,
     pub read_models: Arc<dyn ReadModelWriter>,
+    pub workers: Arc<dyn crate::ports::WorkerStore>,
+    pub broker: Arc<dyn crate::worker::broker::Broker>,
+    /// The paper broker behind `broker` (its prices and book), for seeding and the CLI.
+    pub paper: Arc<crate::worker::paper::PaperBroker>,
 }
 
 impl Ports {
     /// Every port on one SQLite database, tokens signed by a local key.
     pub fn sqlite(db: &Sqlite, signer: Arc<dyn Signer>) -> Ports {
         let db = Arc::new(db.clone());
+        let paper = Arc::new(crate::worker::paper::PaperBroker::new(db.clone()));
         Ports {
             accounts: db.clone(),
             positions: db.clone(),
@@ -50,7 +55,10 @@ impl Ports {
             audit: db.clone(),
             queue: db.clone(),
             signer,
-            read_models: db,
+            read_models: db.clone(),
+            workers: db.clone(),
+            broker: paper.clone(),
+            paper,
         }
     }
 }
@@ -110,6 +118,7 @@ impl Ports {
     /// Every store on DynamoDB, queues on SQS, tokens signed by KMS.
     pub fn aws(aws: &crate::adapters::aws::Aws, signer: Arc<dyn Signer>) -> Ports {
         let a = Arc::new(aws.clone());
+        let paper = Arc::new(crate::worker::paper::PaperBroker::new(a.clone()));
         Ports {
             accounts: a.clone(),
             positions: a.clone(),
@@ -122,7 +131,10 @@ impl Ports {
             audit: a.clone(),
             queue: a.clone(),
             signer,
-            read_models: a,
+            read_models: a.clone(),
+            workers: a.clone(),
+            broker: paper.clone(),
+            paper,
         }
     }
 }

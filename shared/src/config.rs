@@ -27,6 +27,11 @@ pub struct Config {
     pub sweep_after_ms: i64,
     /// How often `airlock serve` runs the sweeper.
     pub sweep_interval_ms: u64,
+    /// A failed message is retried after this delay times its attempt number.
+    pub worker_retry_ms: u64,
+    /// How long a received message stays hidden while a worker handles it; a worker that
+    /// dies leaves it to be redelivered after this.
+    pub worker_visibility_ms: u64,
 }
 
 pub const DEFAULT_SERVICE_ISSUER: &str = "airlock-local-dev";
@@ -51,6 +56,8 @@ impl Default for Config {
             execute_rate_per_minute: 20,
             sweep_after_ms: 60_000,
             sweep_interval_ms: 5_000,
+            worker_retry_ms: 2_000,
+            worker_visibility_ms: 30_000,
         }
     }
 }
@@ -111,6 +118,13 @@ impl Config {
             execute_rate_per_minute: number("AIRLOCK_EXECUTE_RATE_PER_MINUTE", 20, 1, 10_000)?,
             sweep_after_ms: number("AIRLOCK_SWEEP_AFTER_MS", 60_000, 1_000, 3_600_000)?,
             sweep_interval_ms: number("AIRLOCK_SWEEP_INTERVAL_MS", 5_000, 100, 600_000)?,
+            worker_retry_ms: number("AIRLOCK_WORKER_RETRY_MS", 2_000, 10, 600_000)?,
+            worker_visibility_ms: number(
+                "AIRLOCK_WORKER_VISIBILITY_MS",
+                30_000,
+                1_000,
+                43_200_000,
+            )?,
         })
     }
 }

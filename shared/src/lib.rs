@@ -24,3 +24,4 @@ pub mod records;
 pub mod seed;
 pub mod telemetry;
 pub mod token;
+pub mod worker;

@@ -227,6 +227,33 @@ pub trait Queue: Send + Sync {
     async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()>;
     /// Messages per queue: waiting, and received but not yet deleted.
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>>;
+    /// Up to `max` messages, hidden from other consumers for `visibility_ms`. On the FIFO
+    /// orders queue, at most one message per group (account) is in flight, in order.
+    async fn receive(
+        &self,
+        queue: crate::domain::QueueTarget,
+        max: u32,
+        visibility_ms: u64,
+    ) -> StoreResult<Vec<Delivery>>;
+    /// The message was handled: delete it.
+    async fn ack(&self, queue: crate::domain::QueueTarget, receipt: &str) -> StoreResult<()>;
+    /// Handling failed: make the message visible again after `delay_ms`. After the
+    /// queue's maximum receives it moves to the dead-letter queue instead.
+    async fn release(
+        &self,
+        queue: crate::domain::QueueTarget,
+        receipt: &str,
+        delay_ms: u64,
+    ) -> StoreResult<()>;
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub receipt: String,
+    pub body: String,
+    /// How many times it has been received, this time included.
+    pub receive_count: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +261,8 @@ pub struct QueueDepth {
     pub queue: crate::domain::QueueTarget,
     pub waiting: i64,
     pub in_flight: i64,
+    /// Messages in the queue's dead-letter queue.
+    pub dead_letters: i64,
 }
 
 /// Signs confirmation tokens (ES256). The local signer holds a P-256 key file; the AWS
@@ -253,4 +282,61 @@ pub trait ReadModelWriter: Send + Sync {
     async fn put_positions(&self, rows: &[Position]) -> StoreResult<()>;
     async fn put_orders(&self, rows: &[Order]) -> StoreResult<()>;
     async fn put_jobs(&self, rows: &[Job]) -> StoreResult<()>;
+}
+
+/// A position's new state, written only if the stored quantity is still `expected`
+/// (`None`: no row yet).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PositionChange {
+    pub expected: Option<i64>,
+    pub new: Position,
+}
+
+/// The workers' writes. Each call is atomic and conditional on the state the worker read,
+/// so a redelivered or concurrent message can never apply the same step twice.
+#[async_trait]
+pub trait WorkerStore: Send + Sync {
+    /// Creates the order if absent; returns the stored order either way.
+    async fn create_order(&self, order: &Order) -> StoreResult<Order>;
+    /// Replaces the order if its status is still `from`, together with the position change
+    /// its fill causes. `false`: another delivery moved it first; nothing was written.
+    async fn advance_order(
+        &self,
+        order: &Order,
+        from: OrderStatus,
+        position: Option<&PositionChange>,
+    ) -> StoreResult<bool>;
+    /// Creates the job if absent; returns the stored job either way.
+    async fn create_job(&self, job: &Job) -> StoreResult<Job>;
+    /// Finishes a running job with its result, and replaces the account's positions when
+    /// given (a sync), atomically. `false`: it was finished already.
+    async fn finish_job(
+        &self,
+        job: &Job,
+        result: &serde_json::Value,
+        positions: Option<(&str, &[Position])>,
+    ) -> StoreResult<bool>;
+    /// Moves an action's status if it is one of `from`.
+    async fn set_action_status(
+        &self,
+        action_id: &str,
+        from: &[crate::domain::ActionStatus],
+        to: crate::domain::ActionStatus,
+        error: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<bool>;
+}
+
+/// Storage of the paper broker: versioned JSON documents (the price table, one book per
+/// account), replaced only at the version read.
+#[async_trait]
+pub trait PaperBookStore: Send + Sync {
+    async fn load(&self, key: &str) -> StoreResult<(Option<serde_json::Value>, u64)>;
+    /// `false`: the document changed since `expected_version`; nothing was written.
+    async fn save(
+        &self,
+        key: &str,
+        doc: &serde_json::Value,
+        expected_version: u64,
+    ) -> StoreResult<bool>;
 }

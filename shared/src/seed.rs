@@ -74,6 +74,62 @@ fn p(s: &str) -> Option<Price> {
     Price::parse(s).ok()
 }
 
+/// Reference prices for every listed CL contract: 68.40 for the front month, 0.12 lower
+/// for each month after it (a mild backwardation), never below 55.00.
+pub fn demo_prices(now: Millis) -> std::collections::BTreeMap<String, Price> {
+    let cal = ExchangeCalendar::cme();
+    let today = chrono::DateTime::from_timestamp_millis(now)
+        .unwrap_or_default()
+        .date_naive();
+    let mut out = std::collections::BTreeMap::new();
+    let (Some(mut c), Some(last)) = (
+        ClContract::front_month(today, cal),
+        ClContract::last_listed(today),
+    ) else {
+        return out;
+    };
+    let mut i = 0i64;
+    while c <= last {
+        let price = (rust_decimal::Decimal::new(6840, 2)
+            - rust_decimal::Decimal::new(12, 2) * rust_decimal::Decimal::from(i))
+        .max(rust_decimal::Decimal::new(5500, 2));
+        out.insert(c.symbol(), Price::new(price));
+        i += 1;
+        match c.next() {
+            Some(n) => c = n,
+            None => break,
+        }
+    }
+    out
+}
+
+/// The demo data and the paper broker's matching state: reference prices, and the broker's
+/// view of the demo positions (one account off by a missed fill, for `positions.sync`).
+pub async fn load_demo_all(ports: &crate::app::Ports, now: Millis) -> StoreResult<()> {
+    load_demo(ports.read_models.as_ref(), now).await?;
+    ports.paper.set_prices(&demo_prices(now)).await?;
+    let [c1, c2, c3] = demo_contracts(now).map(|c| c.symbol());
+    let bp = |s: &str, q: i64, px: &str| crate::worker::broker::BrokerPosition {
+        symbol: s.to_string(),
+        quantity: q,
+        avg_price: p(px),
+    };
+    ports
+        .paper
+        .seed_positions("ACC-1", &[bp(&c1, 3, "68.40"), bp(&c2, -2, "67.95")])
+        .await?;
+    // The broker saw 2 more contracts filled for ACC-2 (ORD-1004's partial fill).
+    ports
+        .paper
+        .seed_positions("ACC-2", &[bp(&c1, 12, "70.18")])
+        .await?;
+    ports
+        .paper
+        .seed_positions("ACC-3", &[bp(&c3, 5, "66.10")])
+        .await?;
+    Ok(())
+}
+
 pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> {
     let acc = |id: &str, name: &str, desk: &str, status| Account {
         account_id: id.into(),
@@ -233,6 +289,7 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
             created_at: now - 200 * minute,
             updated_at: now - 199 * minute,
             error: None,
+            result: None,
         },
         Job {
             job_id: "JOB-2002".into(),
@@ -243,6 +300,7 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
             created_at: now - 100 * minute,
             updated_at: now - 99 * minute,
             error: Some("broker session timed out after 30 s; no positions were changed".into()),
+            result: None,
         },
     ])
     .await?;

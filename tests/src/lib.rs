@@ -5,6 +5,7 @@
 //! README's test command, `scripts/test.sh`), or `$AIRLOCK_TEST_BIN`. A missing binary is a
 //! loud failure, never a skip.
 
+pub mod lambda;
 pub mod moto;
 
 use std::io::{BufRead, BufReader};
@@ -123,6 +124,8 @@ impl Stack {
             self.bootstrapped = true;
         }
         let mut full = self.env();
+        // Workers stay off unless a test turns them on, so queues can be inspected.
+        full.push(("AIRLOCK_WORKERS".into(), "off".into()));
         full.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let state_dir = self.state_dir.clone();
         let log = std::fs::OpenOptions::new()
@@ -306,10 +309,17 @@ impl Server {
 
     /// Messages in both queues (waiting or in flight), through `airlock queues`.
     pub fn queued_messages(&self) -> i64 {
+        self.queue_counts("waiting") + self.queue_counts("in_flight")
+    }
+
+    /// One count of `airlock queues` (`waiting`, `in_flight`, `dead_letters`), summed
+    /// over both queues.
+    pub fn queue_counts(&self, which: &str) -> i64 {
         self.cli(&["queues"])
             .lines()
             .flat_map(|l| l.split_whitespace())
             .filter_map(|w| w.split_once('='))
+            .filter(|(k, _)| *k == which)
             .map(|(_, n)| n.parse::<i64>().expect("a count"))
             .sum()
     }

@@ -86,7 +86,7 @@ async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
         Backend::Embedded => {
             let (state, db) = app::embedded(cfg, clock()?)?;
             if db.is_empty().await.map_err(|e| e.to_string())? {
-                airlock::seed::load_demo(state.ports.read_models.as_ref(), state.clock.now_ms())
+                airlock::seed::load_demo_all(&state.ports, state.clock.now_ms())
                     .await
                     .map_err(|e| e.to_string())?;
                 tracing::info!("seeded demo data");
@@ -113,7 +113,7 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         if any.is_empty() {
-            airlock::seed::load_demo(st.ports.read_models.as_ref(), st.clock.now_ms())
+            airlock::seed::load_demo_all(&st.ports, st.clock.now_ms())
                 .await
                 .map_err(|e| e.to_string())?;
             println!("demo data: loaded");
@@ -124,8 +124,17 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn serve(cfg: Config, backend: Backend, addr: &str) -> Result<(), String> {
+pub async fn serve(cfg: Config, backend: Backend, addr: &str, workers: bool) -> Result<(), String> {
     let state = state(cfg, backend).await?;
+    if workers {
+        let opts = airlock::worker::consumer::ConsumerOptions::from_config(&state.config);
+        for q in [
+            airlock::domain::QueueTarget::Orders,
+            airlock::domain::QueueTarget::Jobs,
+        ] {
+            tokio::spawn(airlock::worker::consumer::run(state.clone(), q, opts));
+        }
+    }
     let sweep = state.clone();
     tokio::spawn(async move {
         let every = std::time::Duration::from_millis(sweep.config.sweep_interval_ms);
@@ -271,8 +280,8 @@ pub async fn queues(cfg: Config, backend: Backend) -> Result<(), String> {
     let state = state(cfg, backend).await?;
     for d in state.ports.queue.depth().await.map_err(|e| e.to_string())? {
         println!(
-            "{} waiting={} in_flight={}",
-            d.queue, d.waiting, d.in_flight
+            "{} waiting={} in_flight={} dead_letters={}",
+            d.queue, d.waiting, d.in_flight, d.dead_letters
         );
     }
     Ok(())
@@ -333,5 +342,85 @@ pub async fn policy(
         "{}",
         serde_json::to_string_pretty(p).map_err(|e| e.to_string())?
     );
+    Ok(())
+}
+
+pub async fn prices(
+    cfg: Config,
+    backend: Backend,
+    symbol: Option<String>,
+    price: Option<String>,
+) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
+    let paper = &state.ports.paper;
+    if let (Some(sym), Some(px)) = (&symbol, &price) {
+        let c = airlock::domain::cl::ClContract::parse(sym).map_err(|e| e.to_string())?;
+        let p = airlock::domain::Price::parse(px)?;
+        paper
+            .set_prices(&std::collections::BTreeMap::from([(c.symbol(), p)]))
+            .await
+            .map_err(|e| e.to_string())?;
+        let n = airlock::worker::reconcile_working_orders(&state)
+            .await
+            .map_err(|e| e.to_string())?;
+        eprintln!("{} set to {p}; {n} working order(s) changed", c.symbol());
+    } else if symbol.is_some() || price.is_some() {
+        return Err("usage: airlock prices [SYMBOL PRICE]".into());
+    }
+    for (s, p) in paper.prices().await.map_err(|e| e.to_string())? {
+        if symbol.as_deref().is_none_or(|x| {
+            airlock::domain::cl::ClContract::parse(x)
+                .map(|c| c.symbol() == s)
+                .unwrap_or(false)
+        }) {
+            println!("{s} {p}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn broker_book(cfg: Config, backend: Backend, account: &str) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
+    let book = state
+        .ports
+        .paper
+        .book(account)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "orders": book.orders,
+            "positions": book.positions,
+        }))
+        .map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+pub async fn redeliver(
+    cfg: Config,
+    backend: Backend,
+    action_id: &str,
+    times: u32,
+) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
+    let action = state
+        .ports
+        .actions
+        .get_action(action_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no action {action_id}"))?;
+    for i in 0..times {
+        // A new deduplication id each time: the queue treats it as a new delivery.
+        let dedup = format!("{action_id}:redelivery:{i}:{}", state.clock.now_ms());
+        state
+            .ports
+            .queue
+            .send(&action.message, &action.account_id, &dedup)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }

@@ -41,6 +41,9 @@ enum Command {
     Serve {
         #[arg(long, default_value = "127.0.0.1:3000")]
         addr: String,
+        /// Run the order and job workers in this process (`off` leaves the queues to others).
+        #[arg(long, env = "AIRLOCK_WORKERS", default_value = "on", value_parser = ["on", "off"])]
+        workers: String,
     },
     /// Print a JWT signed by the local dev issuer.
     Token {
@@ -75,10 +78,25 @@ enum Command {
     },
     /// Print the audit trail of a plan or action id, in time order.
     Audit { id: String },
+    /// The paper broker's reference prices; `SYMBOL PRICE` sets one and fills working
+    /// orders it crosses.
+    Prices {
+        symbol: Option<String>,
+        price: Option<String>,
+    },
+    /// The paper broker's book of an account: its orders and positions as the broker sees them.
+    BrokerBook { account: String },
     /// Messages per queue: waiting, and received but not yet deleted.
     Queues,
     /// Print the confirmation-token public key (PEM) and its key id.
     ConfirmationKey,
+    /// Send an action's queue message again, N times (at-least-once delivery drills).
+    #[command(hide = true)]
+    Redeliver {
+        action_id: String,
+        #[arg(long, default_value_t = 1)]
+        times: u32,
+    },
     /// Load benchmark data: N extra filled orders.
     #[command(hide = true)]
     SeedOrders { n: usize },
@@ -102,7 +120,9 @@ fn main() -> std::process::ExitCode {
         cfg.state_dir = cli.state_dir;
         let backend: airlock::app::Backend = cli.backend.parse()?;
         match cli.command {
-            Command::Serve { addr } => commands::serve(cfg, backend, &addr).await,
+            Command::Serve { addr, workers } => {
+                commands::serve(cfg, backend, &addr, workers == "on").await
+            }
             Command::Token { kind } => commands::token(cfg, kind),
             Command::KillSwitch { action, reason } => {
                 commands::kill_switch(cfg, backend, &action, reason).await
@@ -112,6 +132,13 @@ fn main() -> std::process::ExitCode {
             }
             Command::Audit { id } => commands::audit(cfg, backend, &id).await,
             Command::Queues => commands::queues(cfg, backend).await,
+            Command::Redeliver { action_id, times } => {
+                commands::redeliver(cfg, backend, &action_id, times).await
+            }
+            Command::Prices { symbol, price } => {
+                commands::prices(cfg, backend, symbol, price).await
+            }
+            Command::BrokerBook { account } => commands::broker_book(cfg, backend, &account).await,
             Command::Policy { action, file } => commands::policy(cfg, backend, &action, file).await,
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
             Command::Bootstrap { demo_data } => commands::bootstrap(cfg, demo_data).await,

@@ -326,6 +326,9 @@ pub struct Job {
     pub created_at: Millis,
     pub updated_at: Millis,
     pub error: Option<String>,
+    /// What the job did (a sync: the positions that changed).
+    #[serde(default)]
+    pub result: Option<serde_json::Value>,
 }
 
 #[cfg(test)]

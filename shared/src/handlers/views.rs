@@ -56,6 +56,7 @@ pub fn job(j: &Job) -> Value {
         "created_at": rfc3339(j.created_at),
         "updated_at": rfc3339(j.updated_at),
         "error": j.error,
+        "result": j.result,
     })
 }
 

@@ -11,6 +11,7 @@ mod ledger;
 mod reads;
 pub mod shapes;
 mod sqs;
+mod workers;
 
 use std::sync::Arc;
 
@@ -62,6 +63,7 @@ pub struct Names {
     pub audit: String,
     pub control: String,
     pub rate_limits: String,
+    pub paper_broker: String,
     pub orders_queue_url: String,
     pub jobs_queue_url: String,
     pub signing_key_id: String,
@@ -151,6 +153,7 @@ impl Aws {
             audit: shapes::AUDIT.name(),
             control: shapes::CONTROL.name(),
             rate_limits: shapes::RATE_LIMITS.name(),
+            paper_broker: shapes::PAPER_BROKER.name(),
             orders_queue_url: url(shapes::ORDERS_QUEUE).await?,
             jobs_queue_url: url(shapes::JOBS_QUEUE).await?,
             signing_key_id: shapes::signing_key(),

@@ -142,6 +142,16 @@ pub const RATE_LIMITS: Table = Table {
     ttl: Some("ttl"),
 };
 
+/// The paper broker's book (versioned JSON documents): a stand-in for a broker.
+pub const PAPER_BROKER: Table = Table {
+    env: "AIRLOCK_PAPER_BROKER_TABLE",
+    default_name: "airlock-paper-broker",
+    partition: "key",
+    sort: None,
+    indexes: &[],
+    ttl: None,
+};
+
 pub const TABLES: &[Table] = &[
     ACCOUNTS,
     POSITIONS,
@@ -153,6 +163,7 @@ pub const TABLES: &[Table] = &[
     AUDIT,
     CONTROL,
     RATE_LIMITS,
+    PAPER_BROKER,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,17 @@ use async_trait::async_trait;
 use super::{unavailable, Aws};
 use crate::domain::QueueTarget;
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{Queue, QueueDepth};
+use crate::ports::{Delivery, Queue, QueueDepth};
 use crate::records::QueueMessage;
+
+impl Aws {
+    fn url(&self, queue: QueueTarget) -> &str {
+        match queue {
+            QueueTarget::Orders => &self.names.orders_queue_url,
+            QueueTarget::Jobs => &self.names.jobs_queue_url,
+        }
+    }
+}
 
 #[async_trait]
 impl Queue for Aws {
@@ -29,6 +38,64 @@ impl Queue for Aws {
             .send()
             .await
             .map_err(|e| unavailable("SendMessage", &e))?;
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        queue: QueueTarget,
+        max: u32,
+        visibility_ms: u64,
+    ) -> StoreResult<Vec<Delivery>> {
+        use aws_sdk_sqs::types::MessageSystemAttributeName as A;
+        let o = self
+            .sqs
+            .receive_message()
+            .queue_url(self.url(queue))
+            .max_number_of_messages(max.clamp(1, 10) as i32)
+            .visibility_timeout(visibility_ms.div_ceil(1000).max(1) as i32)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(A::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(|e| unavailable("ReceiveMessage", &e))?;
+        Ok(o.messages()
+            .iter()
+            .filter_map(|m| {
+                Some(Delivery {
+                    receipt: m.receipt_handle()?.to_string(),
+                    body: m.body()?.to_string(),
+                    receive_count: m
+                        .attributes()
+                        .and_then(|a| a.get(&A::ApproximateReceiveCount))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(1),
+                })
+            })
+            .collect())
+    }
+
+    async fn ack(&self, queue: QueueTarget, receipt: &str) -> StoreResult<()> {
+        self.sqs
+            .delete_message()
+            .queue_url(self.url(queue))
+            .receipt_handle(receipt)
+            .send()
+            .await
+            .map_err(|e| unavailable("DeleteMessage", &e))?;
+        Ok(())
+    }
+
+    async fn release(&self, queue: QueueTarget, receipt: &str, delay_ms: u64) -> StoreResult<()> {
+        // SQS itself moves the message to the dead-letter queue after maxReceiveCount.
+        self.sqs
+            .change_message_visibility()
+            .queue_url(self.url(queue))
+            .receipt_handle(receipt)
+            .visibility_timeout(delay_ms.div_ceil(1000).min(43_200) as i32)
+            .send()
+            .await
+            .map_err(|e| unavailable("ChangeMessageVisibility", &e))?;
         Ok(())
     }
 
@@ -54,10 +121,38 @@ impl Queue for Aws {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0)
             };
+            let shape = match queue {
+                QueueTarget::Orders => crate::adapters::aws::shapes::ORDERS_QUEUE,
+                QueueTarget::Jobs => crate::adapters::aws::shapes::JOBS_QUEUE,
+            };
+            let dead = match self
+                .sqs
+                .get_queue_url()
+                .queue_name(shape.dead_letter())
+                .send()
+                .await
+            {
+                Ok(u) => {
+                    let d = self
+                        .sqs
+                        .get_queue_attributes()
+                        .queue_url(u.queue_url().unwrap_or_default())
+                        .attribute_names(A::ApproximateNumberOfMessages)
+                        .send()
+                        .await
+                        .map_err(|e| unavailable("GetQueueAttributes", &e))?;
+                    d.attributes()
+                        .and_then(|m| m.get(&A::ApproximateNumberOfMessages))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0)
+                }
+                Err(_) => 0,
+            };
             out.push(QueueDepth {
                 queue,
                 waiting: get(A::ApproximateNumberOfMessages),
                 in_flight: get(A::ApproximateNumberOfMessagesNotVisible),
+                dead_letters: dead,
             });
         }
         Ok(out)

@@ -6,6 +6,7 @@ mod ledger;
 mod queue;
 mod reads;
 mod schema;
+mod workers;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

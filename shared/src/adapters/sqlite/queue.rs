@@ -6,9 +6,12 @@ use rusqlite::params;
 
 use super::{db_err, json_err, Sqlite};
 use crate::domain::QueueTarget;
+use crate::error::StoreError;
 use crate::error::StoreResult;
-use crate::ports::{Queue, QueueDepth};
+use crate::ports::{Delivery, Queue, QueueDepth};
+
 use crate::records::QueueMessage;
+use crate::worker::consumer::MAX_RECEIVES;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -37,6 +40,85 @@ impl Queue for Sqlite {
         .await
     }
 
+    async fn receive(
+        &self,
+        queue: QueueTarget,
+        max: u32,
+        visibility_ms: u64,
+    ) -> StoreResult<Vec<Delivery>> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let q = queue.as_str().to_string();
+        self.write(move |tx| {
+            // Per group, only the oldest live message, and only if none of its group is in
+            // flight: FIFO per account, like an SQS FIFO queue's message groups.
+            let rows: Vec<(i64, String, i64)> = {
+                let mut st = tx
+                    .prepare_cached(
+                        "SELECT m.id, m.body, m.receive_count FROM queue m \
+                         WHERE m.queue = ?1 AND m.status IN ('ready', 'in_flight') AND m.visible_at <= ?2 \
+                           AND m.id = (SELECT MIN(id) FROM queue g WHERE g.queue = ?1 \
+                                       AND g.group_key = m.group_key AND g.status IN ('ready', 'in_flight')) \
+                         ORDER BY m.id LIMIT ?3",
+                    )
+                    .map_err(db_err)?;
+                let it = st
+                    .query_map(params![q, now, max], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .map_err(db_err)?;
+                it.collect::<rusqlite::Result<_>>().map_err(db_err)?
+            };
+            let mut out = Vec::with_capacity(rows.len());
+            for (id, body, count) in rows {
+                if count as u32 >= MAX_RECEIVES {
+                    // Received as often as allowed (its consumer kept dying): dead-letter it.
+                    tx.execute("UPDATE queue SET status = 'dead' WHERE id = ?", [id])
+                        .map_err(db_err)?;
+                    continue;
+                }
+                tx.execute(
+                    "UPDATE queue SET status = 'in_flight', visible_at = ?, receive_count = receive_count + 1 WHERE id = ?",
+                    params![now + visibility_ms as i64, id],
+                )
+                .map_err(db_err)?;
+                out.push(Delivery {
+                    receipt: id.to_string(),
+                    body,
+                    receive_count: count as u32 + 1,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn ack(&self, _queue: QueueTarget, receipt: &str) -> StoreResult<()> {
+        let id: i64 = receipt
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("receipt {receipt}")))?;
+        self.write(move |tx| {
+            tx.execute("UPDATE queue SET status = 'done' WHERE id = ?", [id])
+                .map_err(db_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release(&self, _queue: QueueTarget, receipt: &str, delay_ms: u64) -> StoreResult<()> {
+        let id: i64 = receipt
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("receipt {receipt}")))?;
+        let now = chrono::Utc::now().timestamp_millis();
+        self.write(move |tx| {
+            tx.execute(
+                "UPDATE queue SET status = CASE WHEN receive_count >= ? THEN 'dead' ELSE 'ready' END, \
+                 visible_at = ? WHERE id = ?",
+                params![MAX_RECEIVES, now + delay_ms as i64, id],
+            )
+            .map_err(db_err)?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
         let stats = self.queue_stats().await?;
         Ok([QueueTarget::Orders, QueueTarget::Jobs]
@@ -47,6 +129,7 @@ impl Queue for Sqlite {
                     queue: q,
                     waiting: s.map(|s| s.ready).unwrap_or(0),
                     in_flight: s.map(|s| s.in_flight).unwrap_or(0),
+                    dead_letters: s.map(|s| s.dead).unwrap_or(0),
                 }
             })
             .collect())

@@ -67,12 +67,12 @@ fn position_row(r: &Row) -> rusqlite::Result<Position> {
     })
 }
 
-const ORDER_COLUMNS: &str =
+pub(super) const ORDER_COLUMNS: &str =
     "o.order_id, o.account_id, o.symbol, o.side, o.quantity, o.order_type, \
      o.limit_price, o.stop_price, o.time_in_force, o.status, o.filled_quantity, o.avg_fill_price, \
      o.action_id, o.created_at, o.updated_at";
 
-fn order_row(r: &Row) -> rusqlite::Result<Order> {
+pub(super) fn order_row(r: &Row) -> rusqlite::Result<Order> {
     Ok(Order {
         order_id: r.get(0)?,
         account_id: r.get(1)?,
@@ -92,7 +92,7 @@ fn order_row(r: &Row) -> rusqlite::Result<Order> {
     })
 }
 
-fn job_row(r: &Row) -> rusqlite::Result<Job> {
+pub(super) fn job_row(r: &Row) -> rusqlite::Result<Job> {
     Ok(Job {
         job_id: r.get(0)?,
         kind: parse(r.get(1)?)?,
@@ -102,10 +102,13 @@ fn job_row(r: &Row) -> rusqlite::Result<Job> {
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
         error: r.get(7)?,
+        result: r
+            .get::<_, Option<String>>(8)?
+            .and_then(|t| serde_json::from_str(&t).ok()),
     })
 }
 
-fn query<T>(
+pub(super) fn query<T>(
     c: &rusqlite::Connection,
     sql: &str,
     args: Vec<Value>,
@@ -267,7 +270,7 @@ impl JobStore for Sqlite {
         let mut args = Vec::new();
         let mut sql = format!(
             "SELECT j.job_id, j.kind, j.status, j.account_id, j.action_id, j.created_at, \
-             j.updated_at, j.error FROM jobs j LEFT JOIN accounts a ON a.account_id = j.account_id \
+             j.updated_at, j.error, j.result FROM jobs j LEFT JOIN accounts a ON a.account_id = j.account_id \
              WHERE (j.account_id IS NULL OR {})",
             desk_clause(desks, "a.desk", &mut args)
         );
@@ -448,7 +451,7 @@ impl ReadModelWriter for Sqlite {
             let mut st = tx
                 .prepare_cached(
                     "INSERT OR REPLACE INTO jobs (job_id, kind, status, account_id, action_id, \
-                     created_at, updated_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     created_at, updated_at, error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 )
                 .map_err(db_err)?;
             for j in rows {
@@ -460,7 +463,8 @@ impl ReadModelWriter for Sqlite {
                     j.action_id,
                     j.created_at,
                     j.updated_at,
-                    j.error
+                    j.error,
+                    j.result.as_ref().map(|r| r.to_string())
                 ])
                 .map_err(db_err)?;
             }

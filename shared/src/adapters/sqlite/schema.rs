@@ -121,6 +121,15 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX queue_ready ON queue(queue, status, visible_at, id);
     "#,
+    // 2: the paper broker's book.
+    r#"
+    CREATE TABLE paper_book (
+        key TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        doc TEXT NOT NULL
+    );
+    CREATE INDEX queue_group ON queue(queue, group_key, status, id);
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {

@@ -1,0 +1,321 @@
+//! The workers' writes and the paper broker's book on DynamoDB, each one conditional
+//! write or one `TransactWriteItems`.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
+
+use super::ddb::{self, from_body, n, s, time_key, Item};
+use super::{unavailable, Aws};
+use crate::domain::{Account, ActionStatus, Job, Millis, Order, OrderStatus, Position};
+use crate::error::{StoreError, StoreResult};
+use crate::ports::{PaperBookStore, PositionChange, WorkerStore};
+
+fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
+    r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
+}
+
+fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata, R>(
+    e: &SdkError<E, R>,
+) -> bool {
+    match e {
+        SdkError::ServiceError(se) => matches!(
+            se.err().code(),
+            Some("ConditionalCheckFailedException") | Some("TransactionCanceledException")
+        ),
+        _ => false,
+    }
+}
+
+fn position_put(
+    table: &str,
+    p: &Position,
+    expected: Option<i64>,
+) -> StoreResult<TransactWriteItem> {
+    let put = Put::builder()
+        .table_name(table)
+        .item("account_id", s(p.account_id.clone()))
+        .item("symbol", s(p.symbol.clone()))
+        .item("quantity", n(p.quantity))
+        .item("body", ddb::body(p)?);
+    let put = match expected {
+        None => put.condition_expression("attribute_not_exists(account_id)"),
+        Some(q) => put
+            .condition_expression("quantity = :q")
+            .expression_attribute_values(":q", n(q)),
+    };
+    Ok(TransactWriteItem::builder()
+        .put(built(put.build())?)
+        .build())
+}
+
+impl Aws {
+    async fn desk_for(&self, account_id: &str) -> StoreResult<String> {
+        match self
+            .get(&self.names.accounts, &[("account_id", s(account_id))])
+            .await?
+        {
+            Some(item) => Ok(from_body::<Account>(&item)?.desk),
+            None => Err(StoreError::Corrupt(format!("no account {account_id}"))),
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerStore for Aws {
+    async fn create_order(&self, o: &Order) -> StoreResult<Order> {
+        let item: Item = HashMap::from([
+            ("order_id".to_string(), s(o.order_id.clone())),
+            ("account_id".to_string(), s(o.account_id.clone())),
+            ("desk".to_string(), s(self.desk_for(&o.account_id).await?)),
+            ("status".to_string(), s(o.status.as_str())),
+            (
+                "created_key".to_string(),
+                s(time_key(o.created_at, &o.order_id)),
+            ),
+            ("body".to_string(), ddb::body(o)?),
+        ]);
+        let r = self
+            .ddb
+            .put_item()
+            .table_name(&self.names.orders)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(order_id)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(o.clone()),
+            Err(e) if is_condition_failure(&e) => {
+                let item = self
+                    .get(&self.names.orders, &[("order_id", s(o.order_id.clone()))])
+                    .await?
+                    .ok_or_else(|| StoreError::Corrupt("order vanished".into()))?;
+                from_body(&item)
+            }
+            Err(e) => Err(unavailable("PutItem order", &e)),
+        }
+    }
+
+    async fn advance_order(
+        &self,
+        o: &Order,
+        from: OrderStatus,
+        position: Option<&PositionChange>,
+    ) -> StoreResult<bool> {
+        let up = Update::builder()
+            .table_name(&self.names.orders)
+            .key("order_id", s(o.order_id.clone()))
+            .update_expression("SET #st = :to, body = :body")
+            .condition_expression("#st = :from")
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":to", s(o.status.as_str()))
+            .expression_attribute_values(":from", s(from.as_str()))
+            .expression_attribute_values(":body", ddb::body(o)?);
+        let mut items = vec![TransactWriteItem::builder()
+            .update(built(up.build())?)
+            .build()];
+        if let Some(c) = position {
+            items.push(position_put(&self.names.positions, &c.new, c.expected)?);
+        }
+        match self
+            .ddb
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable("TransactWriteItems advance order", &e)),
+        }
+    }
+
+    async fn create_job(&self, j: &Job) -> StoreResult<Job> {
+        let desk = match &j.account_id {
+            Some(a) => self.desk_for(a).await?,
+            None => "-".to_string(),
+        };
+        let item: Item = HashMap::from([
+            ("job_id".to_string(), s(j.job_id.clone())),
+            ("desk".to_string(), s(desk)),
+            ("kind".to_string(), s(j.kind.as_str())),
+            ("status".to_string(), s(j.status.as_str())),
+            (
+                "created_key".to_string(),
+                s(time_key(j.created_at, &j.job_id)),
+            ),
+            ("body".to_string(), ddb::body(j)?),
+        ]);
+        let r = self
+            .ddb
+            .put_item()
+            .table_name(&self.names.jobs)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(job_id)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(j.clone()),
+            Err(e) if is_condition_failure(&e) => {
+                let item = self
+                    .get(&self.names.jobs, &[("job_id", s(j.job_id.clone()))])
+                    .await?
+                    .ok_or_else(|| StoreError::Corrupt("job vanished".into()))?;
+                from_body(&item)
+            }
+            Err(e) => Err(unavailable("PutItem job", &e)),
+        }
+    }
+
+    async fn finish_job(
+        &self,
+        j: &Job,
+        _result: &serde_json::Value,
+        positions: Option<(&str, &[Position])>,
+    ) -> StoreResult<bool> {
+        let up = Update::builder()
+            .table_name(&self.names.jobs)
+            .key("job_id", s(j.job_id.clone()))
+            .update_expression("SET #st = :to, body = :body")
+            .condition_expression("#st = :running")
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":to", s(j.status.as_str()))
+            .expression_attribute_values(":running", s("running"))
+            .expression_attribute_values(":body", ddb::body(j)?);
+        let mut items = vec![TransactWriteItem::builder()
+            .update(built(up.build())?)
+            .build()];
+        if let Some((account, rows)) = positions {
+            let page = crate::ports::Page {
+                after: None,
+                limit: 10_000,
+            };
+            let existing = crate::ports::PositionStore::list_positions(
+                self,
+                &crate::auth::DeskScope::All,
+                Some(account),
+                &page,
+            )
+            .await?;
+            for p in existing
+                .iter()
+                .filter(|p| !rows.iter().any(|r| r.symbol == p.symbol))
+            {
+                let del = Delete::builder()
+                    .table_name(&self.names.positions)
+                    .key("account_id", s(p.account_id.clone()))
+                    .key("symbol", s(p.symbol.clone()));
+                items.push(
+                    TransactWriteItem::builder()
+                        .delete(built(del.build())?)
+                        .build(),
+                );
+            }
+            for p in rows {
+                let put = Put::builder()
+                    .table_name(&self.names.positions)
+                    .item("account_id", s(p.account_id.clone()))
+                    .item("symbol", s(p.symbol.clone()))
+                    .item("quantity", n(p.quantity))
+                    .item("body", ddb::body(p)?);
+                items.push(
+                    TransactWriteItem::builder()
+                        .put(built(put.build())?)
+                        .build(),
+                );
+            }
+        }
+        match self
+            .ddb
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable("TransactWriteItems finish job", &e)),
+        }
+    }
+
+    async fn set_action_status(
+        &self,
+        action_id: &str,
+        from: &[ActionStatus],
+        to: ActionStatus,
+        error: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let mut up = self
+            .ddb
+            .update_item()
+            .table_name(&self.names.actions)
+            .key("action_id", s(action_id))
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":to", s(to.as_str()))
+            .expression_attribute_values(":now", n(now));
+        let marks: Vec<String> = (0..from.len()).map(|i| format!(":f{i}")).collect();
+        for (m, st) in marks.iter().zip(from) {
+            up = up.expression_attribute_values(m.clone(), s(st.as_str()));
+        }
+        up = up.condition_expression(format!("#st IN ({})", marks.join(", ")));
+        up = match error {
+            Some(e) => up
+                .update_expression("SET #st = :to, updated_at = :now, #err = :e")
+                .expression_attribute_names("#err", "error")
+                .expression_attribute_values(":e", s(e)),
+            None => up.update_expression("SET #st = :to, updated_at = :now"),
+        };
+        match up.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable("UpdateItem action status", &e)),
+        }
+    }
+}
+
+#[async_trait]
+impl PaperBookStore for Aws {
+    async fn load(&self, key: &str) -> StoreResult<(Option<serde_json::Value>, u64)> {
+        match self
+            .get(&self.names.paper_broker, &[("key", s(key))])
+            .await?
+        {
+            None => Ok((None, 0)),
+            Some(item) => {
+                let doc = serde_json::from_str(ddb::get_s(&item, "doc")?)
+                    .map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))?;
+                Ok((Some(doc), ddb::opt_n(&item, "version").unwrap_or(0) as u64))
+            }
+        }
+    }
+
+    async fn save(
+        &self,
+        key: &str,
+        doc: &serde_json::Value,
+        expected_version: u64,
+    ) -> StoreResult<bool> {
+        let put = self
+            .ddb
+            .put_item()
+            .table_name(&self.names.paper_broker)
+            .item("key", s(key))
+            .item("version", n(expected_version as i64 + 1))
+            .item("doc", s(doc.to_string()));
+        let put = if expected_version == 0 {
+            put.condition_expression("attribute_not_exists(#k)")
+                .expression_attribute_names("#k", "key")
+        } else {
+            put.condition_expression("version = :v")
+                .expression_attribute_values(":v", n(expected_version as i64))
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable("PutItem paper book", &e)),
+        }
+    }
+}

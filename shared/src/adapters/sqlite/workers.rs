@@ -1,0 +1,279 @@
+//! The workers' writes and the paper broker's book on SQLite; each call is one
+//! transaction checking the condition it is given.
+
+use async_trait::async_trait;
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::reads::{job_row, order_row, query, ORDER_COLUMNS};
+use super::{db_err, json_err, Sqlite};
+use crate::domain::{ActionStatus, Job, Millis, Order, OrderStatus, Position};
+use crate::error::{StoreError, StoreResult};
+use crate::ports::{PaperBookStore, PositionChange, WorkerStore};
+use crate::records::ActionRecord;
+
+fn put_order(tx: &Transaction, o: &Order, replace: bool) -> StoreResult<usize> {
+    let verb = if replace {
+        "INSERT OR REPLACE"
+    } else {
+        "INSERT OR IGNORE"
+    };
+    tx.prepare_cached(&format!(
+        "{verb} INTO orders (order_id, account_id, symbol, side, quantity, order_type, \
+         limit_price, stop_price, time_in_force, status, filled_quantity, avg_fill_price, \
+         action_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .and_then(|mut st| {
+        st.execute(params![
+            o.order_id,
+            o.account_id,
+            o.symbol,
+            o.side.as_str(),
+            o.quantity,
+            o.order_type.as_str(),
+            o.limit_price.map(|x| x.to_string()),
+            o.stop_price.map(|x| x.to_string()),
+            o.time_in_force.as_str(),
+            o.status.as_str(),
+            o.filled_quantity,
+            o.avg_fill_price.map(|x| x.to_string()),
+            o.action_id,
+            o.created_at,
+            o.updated_at
+        ])
+    })
+    .map_err(db_err)
+}
+
+fn put_position(tx: &Transaction, p: &Position) -> StoreResult<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO positions (account_id, symbol, quantity, avg_price, updated_at) \
+         VALUES (?, ?, ?, ?, ?)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            p.account_id,
+            p.symbol,
+            p.quantity,
+            p.avg_price.map(|x| x.to_string()),
+            p.updated_at
+        ])
+    })
+    .map_err(db_err)?;
+    Ok(())
+}
+
+fn load_order(c: &rusqlite::Connection, id: &str) -> StoreResult<Option<Order>> {
+    let sql = format!("SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_id = ?");
+    Ok(query(c, &sql, vec![id.to_string().into()], order_row)?
+        .into_iter()
+        .next())
+}
+
+fn load_job(c: &rusqlite::Connection, id: &str) -> StoreResult<Option<Job>> {
+    let sql = "SELECT j.job_id, j.kind, j.status, j.account_id, j.action_id, j.created_at, \
+               j.updated_at, j.error, j.result FROM jobs j WHERE j.job_id = ?";
+    Ok(query(c, sql, vec![id.to_string().into()], job_row)?
+        .into_iter()
+        .next())
+}
+
+#[async_trait]
+impl WorkerStore for Sqlite {
+    async fn create_order(&self, order: &Order) -> StoreResult<Order> {
+        let order = order.clone();
+        self.write(move |tx| {
+            put_order(tx, &order, false)?;
+            load_order(tx, &order.order_id)?
+                .ok_or_else(|| StoreError::Corrupt("order vanished".into()))
+        })
+        .await
+    }
+
+    async fn advance_order(
+        &self,
+        order: &Order,
+        from: OrderStatus,
+        position: Option<&PositionChange>,
+    ) -> StoreResult<bool> {
+        let (order, position) = (order.clone(), position.cloned());
+        self.write(move |tx| {
+            let status: Option<String> = tx
+                .query_row(
+                    "SELECT status FROM orders WHERE order_id = ?",
+                    [&order.order_id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db_err)?;
+            if status.as_deref() != Some(from.as_str()) {
+                return Ok(false);
+            }
+            if let Some(change) = &position {
+                let qty: Option<i64> = tx
+                    .query_row(
+                        "SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?",
+                        [&change.new.account_id, &change.new.symbol],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(db_err)?;
+                if qty != change.expected {
+                    return Ok(false);
+                }
+                put_position(tx, &change.new)?;
+            }
+            put_order(tx, &order, true)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn create_job(&self, job: &Job) -> StoreResult<Job> {
+        let job = job.clone();
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO jobs (job_id, kind, status, account_id, action_id, created_at, \
+                 updated_at, error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                params![
+                    job.job_id,
+                    job.kind.as_str(),
+                    job.status.as_str(),
+                    job.account_id,
+                    job.action_id,
+                    job.created_at,
+                    job.updated_at,
+                    job.error
+                ],
+            )
+            .map_err(db_err)?;
+            load_job(tx, &job.job_id)?.ok_or_else(|| StoreError::Corrupt("job vanished".into()))
+        })
+        .await
+    }
+
+    async fn finish_job(
+        &self,
+        job: &Job,
+        result: &serde_json::Value,
+        positions: Option<(&str, &[Position])>,
+    ) -> StoreResult<bool> {
+        let (job, result) = (job.clone(), result.to_string());
+        let positions = positions.map(|(a, rows)| (a.to_string(), rows.to_vec()));
+        self.write(move |tx| {
+            let n = tx
+                .execute(
+                    "UPDATE jobs SET status = ?, error = ?, result = ?, updated_at = ? \
+                     WHERE job_id = ? AND status = 'running'",
+                    params![
+                        job.status.as_str(),
+                        job.error,
+                        result,
+                        job.updated_at,
+                        job.job_id
+                    ],
+                )
+                .map_err(db_err)?;
+            if n == 0 {
+                return Ok(false);
+            }
+            if let Some((account, rows)) = positions {
+                tx.execute("DELETE FROM positions WHERE account_id = ?", [&account])
+                    .map_err(db_err)?;
+                for p in rows {
+                    put_position(tx, &p)?;
+                }
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn set_action_status(
+        &self,
+        action_id: &str,
+        from: &[ActionStatus],
+        to: ActionStatus,
+        error: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let (id, from, error) = (
+            action_id.to_string(),
+            from.to_vec(),
+            error.map(String::from),
+        );
+        self.write(move |tx| {
+            let text: Option<String> = tx
+                .query_row("SELECT body FROM actions WHERE action_id = ?", [&id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(db_err)?;
+            let Some(text) = text else { return Ok(false) };
+            let mut a: ActionRecord = serde_json::from_str(&text).map_err(json_err)?;
+            if !from.contains(&a.status) {
+                return Ok(false);
+            }
+            a.status = to;
+            a.error = error.clone();
+            a.updated_at = now.max(a.updated_at);
+            let body = serde_json::to_string(&a).map_err(json_err)?;
+            tx.execute(
+                "UPDATE actions SET body = ? WHERE action_id = ?",
+                params![body, id],
+            )
+            .map_err(db_err)?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl PaperBookStore for Sqlite {
+    async fn load(&self, key: &str) -> StoreResult<(Option<serde_json::Value>, u64)> {
+        let key = key.to_string();
+        self.read(move |c| {
+            let row: Option<(String, i64)> = c
+                .query_row(
+                    "SELECT doc, version FROM paper_book WHERE key = ?",
+                    [&key],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(db_err)?;
+            match row {
+                None => Ok((None, 0)),
+                Some((doc, v)) => Ok((
+                    Some(serde_json::from_str(&doc).map_err(json_err)?),
+                    v as u64,
+                )),
+            }
+        })
+        .await
+    }
+
+    async fn save(
+        &self,
+        key: &str,
+        doc: &serde_json::Value,
+        expected_version: u64,
+    ) -> StoreResult<bool> {
+        let (key, doc) = (key.to_string(), doc.to_string());
+        self.write(move |tx| {
+            let n = if expected_version == 0 {
+                tx.execute(
+                    "INSERT OR IGNORE INTO paper_book (key, version, doc) VALUES (?, 1, ?)",
+                    params![key, doc],
+                )
+            } else {
+                tx.execute(
+                    "UPDATE paper_book SET doc = ?, version = version + 1 WHERE key = ? AND version = ?",
+                    params![doc, key, expected_version as i64],
+                )
+            }
+            .map_err(db_err)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+}

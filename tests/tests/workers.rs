@@ -1,0 +1,263 @@
+//! Workers on both backends: the order lifecycle through HTTP, exactly-once towards the
+//! broker under redelivery and crashes, poison messages, cancels, syncs and price moves.
+
+use std::time::Duration;
+
+use airlock_tests::{both, Api, Backend, Resp, Server, MARKET_OPEN};
+use serde_json::{json, Value};
+
+fn workers_on(b: Backend, extra: &[(&str, &str)]) -> Server {
+    let mut env = vec![
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ];
+    env.extend_from_slice(extra);
+    Server::start_on(b, &env)
+}
+
+/// Polls the action until it is no longer queued or processing.
+async fn settled(t: &Api, action_id: &str) -> Resp {
+    for _ in 0..150 {
+        let r = t.get(&format!("/actions/{action_id}")).await;
+        if r["status"] != "queued" && r["status"] != "processing" {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("action {action_id} never settled");
+}
+
+async fn order(t: &Api, order_id: &str) -> Value {
+    let r = t.get("/orders?limit=200").await;
+    r.body["orders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["order_id"] == order_id)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+async fn position(t: &Api, account: &str, symbol: &str) -> i64 {
+    let r = t.get(&format!("/positions?account_id={account}")).await;
+    r.body["positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["symbol"] == symbol)
+        .map(|p| p["quantity"].as_i64().unwrap())
+        .unwrap_or(0)
+}
+
+fn broker_orders(s: &Server, account: &str) -> usize {
+    let book: Value = serde_json::from_str(&s.cli(&["broker-book", account])).unwrap();
+    book["orders"].as_object().map(|o| o.len()).unwrap_or(0)
+}
+
+async fn execute_order(t: &Api, payload: Value, key: &str, tool_call: &str) -> Resp {
+    let p = t
+        .post(
+            "/actions/plan",
+            &json!({"action_type": "order.submit.cl", "payload": payload, "requested_by": "op-energy-trader",
+                    "chat_context": {"chat_session_id": "chat-w", "tool_call_id": tool_call}}),
+        )
+        .await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    let e = t.execute(&p, key).await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    e
+}
+
+fn market(qty: u32) -> Value {
+    json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": qty, "order_type": "market"})
+}
+
+both!(a_market_order_fills_and_moves_the_position);
+async fn a_market_order_fills_and_moves_the_position(b: Backend) {
+    let s = workers_on(b, &[]);
+    let t = s.trader();
+    assert_eq!(position(&t, "ACC-1", "CLF27").await, 3);
+    let e = execute_order(&t, market(2), "w-1", "call-1").await;
+    let a = settled(&t, e["action_id"].as_str().unwrap()).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(a["resource_refs"], e["resource_refs"]);
+    let o = order(&t, e["resource_refs"]["order_id"].as_str().unwrap()).await;
+    assert_eq!(o["status"], "filled", "{o}");
+    assert_eq!(o["filled_quantity"], 2);
+    assert_eq!(o["avg_fill_price"], "68.40");
+    assert_eq!(o["action_id"], e["action_id"]);
+    assert_eq!(position(&t, "ACC-1", "CLF27").await, 5);
+    let p = t.get("/positions?account_id=ACC-1").await;
+    let clf = p.body["positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["symbol"] == "CLF27")
+        .unwrap()
+        .clone();
+    assert_eq!(clf["avg_price"], "68.40");
+    assert_eq!(broker_orders(&s, "ACC-1"), 1);
+}
+
+both!(the_same_message_three_times_is_one_broker_order);
+async fn the_same_message_three_times_is_one_broker_order(b: Backend) {
+    // Queue first, with no worker running; then deliver it three times.
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let e = execute_order(&t, market(1), "dup-1", "call-dup").await;
+    let action_id = e["action_id"].as_str().unwrap().to_string();
+    s.cli(&["redeliver", &action_id, "--times", "2"]);
+    assert_eq!(s.queued_messages(), 3);
+    let stack = s.crash();
+    let s = stack.start(&[("AIRLOCK_NOW", MARKET_OPEN), ("AIRLOCK_WORKERS", "on")]);
+    let t = s.trader();
+    assert_eq!(settled(&t, &action_id).await["status"], "succeeded");
+    for _ in 0..100 {
+        if s.queued_messages() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(s.queued_messages(), 0, "all three deliveries handled");
+    assert_eq!(broker_orders(&s, "ACC-1"), 1, "one order at the broker");
+    assert_eq!(position(&t, "ACC-1", "CLF27").await, 4, "filled once");
+}
+
+both!(a_worker_that_dies_after_the_broker_accepted_does_not_order_twice);
+async fn a_worker_that_dies_after_the_broker_accepted_does_not_order_twice(b: Backend) {
+    let s = workers_on(b, &[("AIRLOCK_FAILPOINTS", "worker.after_broker")]);
+    let t = s.trader();
+    let e = execute_order(&t, market(3), "die-1", "call-die").await;
+    let action_id = e["action_id"].as_str().unwrap().to_string();
+    let stack = s.wait_exit(Duration::from_secs(20));
+    // The broker has the order; Airlock never recorded the fill.
+    let s = stack.start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ]);
+    let t = s.trader();
+    let a = settled(&t, &action_id).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    let o = order(&t, e["resource_refs"]["order_id"].as_str().unwrap()).await;
+    assert_eq!(o["status"], "filled");
+    assert_eq!(
+        broker_orders(&s, "ACC-1"),
+        1,
+        "the client order id stopped a second order"
+    );
+    assert_eq!(position(&t, "ACC-1", "CLF27").await, 6);
+}
+
+both!(a_poison_message_is_dead_lettered_and_its_action_fails);
+async fn a_poison_message_is_dead_lettered_and_its_action_fails(b: Backend) {
+    let s = workers_on(b, &[("AIRLOCK_FAILPOINTS", "worker.poison")]);
+    let t = s.trader();
+    let poison = execute_order(&t, market(1), "poison-1", "poison").await;
+    let fine = execute_order(&t, json!({"account_id": "ACC-2", "symbol": "CLF27", "side": "sell", "quantity": 1, "order_type": "market"}), "fine-1", "call-fine").await;
+    let a = settled(&t, poison["action_id"].as_str().unwrap()).await;
+    assert_eq!(a["status"], "failed");
+    assert!(
+        a["error"].as_str().unwrap().contains("cannot be handled"),
+        "{:?}",
+        a.body
+    );
+    assert_eq!(
+        settled(&t, fine["action_id"].as_str().unwrap()).await["status"],
+        "succeeded"
+    );
+    let mut dead = 0;
+    for _ in 0..100 {
+        dead = s.queue_counts("dead_letters");
+        if dead == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(dead, 1, "the poison message is in the dead-letter queue");
+    assert_eq!(broker_orders(&s, "ACC-1"), 0);
+}
+
+both!(limits_rest_until_the_price_crosses_and_cancels_stop_them);
+async fn limits_rest_until_the_price_crosses_and_cancels_stop_them(b: Backend) {
+    let s = workers_on(b, &[]);
+    let t = s.trader();
+    let limit = |px: &str| json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit", "limit_price": px, "time_in_force": "gtc"});
+    let a = execute_order(&t, limit("66.00"), "lim-1", "call-lim-1").await;
+    let b2 = execute_order(&t, limit("65.00"), "lim-2", "call-lim-2").await;
+    for e in [&a, &b2] {
+        assert_eq!(
+            settled(&t, e["action_id"].as_str().unwrap()).await["status"],
+            "succeeded"
+        );
+        assert_eq!(
+            order(&t, e["resource_refs"]["order_id"].as_str().unwrap()).await["status"],
+            "working"
+        );
+    }
+    // The price falls to 65.80: the 66.00 bid fills, the 65.00 one keeps resting.
+    s.cli(&["prices", "CLF27", "65.80"]);
+    let oa = order(&t, a["resource_refs"]["order_id"].as_str().unwrap()).await;
+    assert_eq!(
+        (oa["status"].as_str(), oa["avg_fill_price"].as_str()),
+        (Some("filled"), Some("65.80"))
+    );
+    assert_eq!(position(&t, "ACC-1", "CLF27").await, 4);
+    // Cancel the resting one.
+    let ob = b2["resource_refs"]["order_id"].as_str().unwrap();
+    let cp = t
+        .post("/actions/plan", &json!({"action_type": "order.cancel", "payload": {"account_id": "ACC-1", "order_id": ob}, "requested_by": "op-energy-trader"}))
+        .await;
+    assert_eq!(cp["executable"], true, "{:?}", cp.body);
+    let ce = t.execute(&cp, "cancel-lim-2").await;
+    assert_eq!(
+        settled(&t, ce["action_id"].as_str().unwrap()).await["status"],
+        "succeeded"
+    );
+    assert_eq!(order(&t, ob).await["status"], "cancelled");
+    // A limit far from the reference is rejected by the broker, with its reason.
+    let far = execute_order(&t, limit("40.00"), "lim-far", "call-far").await;
+    let r = settled(&t, far["action_id"].as_str().unwrap()).await;
+    assert_eq!(r["status"], "failed");
+    assert!(
+        r["error"].as_str().unwrap().contains("band"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(
+        order(&t, far["resource_refs"]["order_id"].as_str().unwrap()).await["status"],
+        "rejected"
+    );
+}
+
+both!(positions_sync_rebuilds_from_the_broker_and_records_what_changed);
+async fn positions_sync_rebuilds_from_the_broker_and_records_what_changed(b: Backend) {
+    let s = workers_on(b, &[]);
+    let t = s.trader();
+    assert_eq!(position(&t, "ACC-2", "CLF27").await, 10);
+    let p = t
+        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-2"}, "requested_by": "op-energy-trader"}))
+        .await;
+    let e = t.execute(&p, "sync-2").await;
+    assert_eq!(e.status, 202);
+    assert_eq!(
+        settled(&t, e["action_id"].as_str().unwrap()).await["status"],
+        "succeeded"
+    );
+    assert_eq!(position(&t, "ACC-2", "CLF27").await, 12);
+    let jobs = t.get("/jobs?kind=positions.sync&status=succeeded").await;
+    let job = jobs.body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job_id"] == e["resource_refs"]["job_id"])
+        .cloned()
+        .unwrap();
+    assert_eq!(job["action_id"], e["action_id"]);
+    assert_eq!(
+        job["result"]["changed"],
+        json!([{"symbol": "CLF27", "before": 10, "after": 12}])
+    );
+}
