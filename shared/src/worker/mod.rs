@@ -11,6 +11,7 @@
 
 pub mod broker;
 pub mod consumer;
+pub mod lambda;
 pub mod paper;
 
 use serde_json::json;

@@ -1,0 +1,45 @@
+//! SQS-triggered worker Lambdas: one span per record, and partial batch failures
+//! (`ReportBatchItemFailures`), so only the failed messages come back. On the FIFO orders
+//! queue, once a message of a group fails, the group's later messages in the batch are
+//! reported failed unhandled, to keep each account's order.
+
+use std::collections::HashSet;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+
+use super::consumer::MAX_RECEIVES;
+use crate::app::AppState;
+
+pub async fn handle_batch(st: &AppState, event: SqsEvent) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    let mut failed_groups: HashSet<String> = HashSet::new();
+    for record in event.records {
+        let id = record.message_id.clone().unwrap_or_default();
+        let group = record.attributes.get("MessageGroupId").cloned();
+        let receives: u32 = record
+            .attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let span = tracing::info_span!("record", message_id = %id, receive_count = receives);
+        let _g = span.enter();
+        let failed = match &group {
+            Some(g) if failed_groups.contains(g) => true,
+            _ => {
+                let body = record.body.as_deref().unwrap_or("");
+                super::handle(st, body, receives >= MAX_RECEIVES)
+                    .await
+                    .is_err()
+            }
+        };
+        if failed {
+            if let Some(g) = group {
+                failed_groups.insert(g);
+            }
+            let mut f = BatchItemFailure::default();
+            f.item_identifier = id;
+            response.batch_item_failures.push(f);
+        }
+    }
+    response
+}

@@ -1,0 +1,96 @@
+//! The worker and sweeper Lambda binaries under the Lambda Runtime API emulator, fed SQS
+//! and scheduled events, on the embedded backend's state dir.
+
+use std::time::Duration;
+
+use airlock_tests::lambda::{function_binary, LambdaEmulator};
+use airlock_tests::{Backend, Server, MARKET_OPEN};
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn sqs_event(records: &[(&str, &str, &str)]) -> Value {
+    json!({
+        "Records": records.iter().map(|(id, body, group)| json!({
+            "messageId": id,
+            "receiptHandle": format!("receipt-{id}"),
+            "body": body,
+            "attributes": { "ApproximateReceiveCount": "1", "MessageGroupId": group },
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:airlock-orders.fifo",
+            "awsRegion": "us-east-1"
+        })).collect::<Vec<_>>()
+    })
+}
+
+#[tokio::test]
+async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records() {
+    // Queue an order with `airlock serve` (workers off), then stop it.
+    let s = Server::start_on(Backend::Embedded, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let p = t.plan_buy("CLF27", 2).await;
+    let e = t.execute(&p, "lambda-w-1").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    let body: String = s
+        .db()
+        .query_row("SELECT body FROM queue", [], |r| r.get(0))
+        .unwrap();
+    let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
+    let stack = s.crash();
+    let dir = stack.state_dir.clone();
+
+    let emu = LambdaEmulator::start();
+    let dir_s = dir.to_str().unwrap();
+    let env = [
+        ("AIRLOCK_BACKEND", "embedded"),
+        ("AIRLOCK_STATE_DIR", dir_s),
+    ];
+    let mut f = emu.spawn_function(&function_binary("worker-orders"), &env);
+    f.wait_ready(TIMEOUT).expect("worker-orders starts");
+    let out = f
+        .invoke(
+            sqs_event(&[("m-1", &body, "ACC-1"), ("m-2", "{not json", "ACC-9")]),
+            TIMEOUT,
+        )
+        .expect("invocation");
+    assert_eq!(
+        out,
+        json!({ "batchItemFailures": [{ "itemIdentifier": "m-2" }] })
+    );
+    // Redelivered: already handled, nothing fails, nothing is ordered twice.
+    let again = f
+        .invoke(sqs_event(&[("m-1", &body, "ACC-1")]), TIMEOUT)
+        .expect("invocation");
+    assert_eq!(again, json!({ "batchItemFailures": [] }));
+    f.stop();
+
+    let s = stack.start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let status: String = s
+        .db()
+        .query_row(
+            "SELECT status FROM orders WHERE order_id = ?",
+            [&order_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(status, "filled");
+    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    assert_eq!(book["orders"].as_object().unwrap().len(), 1);
+    let a = s
+        .trader()
+        .get(&format!("/actions/{}", e["action_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(a["status"], "succeeded");
+
+    // The sweeper, on a scheduled event.
+    let mut sw = emu.spawn_function(&function_binary("sweeper"), &env);
+    sw.wait_ready(TIMEOUT).expect("sweeper starts");
+    let out = sw
+        .invoke(
+            json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
+            TIMEOUT,
+        )
+        .expect("invocation");
+    assert_eq!(out, json!({ "sent": 0 }));
+}
