@@ -10,7 +10,17 @@
 //! Options: `--duration SECS` (measured window of `reads`/`pairs`, default 10),
 //! `--clients N` (default 16), `--runs N` (fresh starts for `startup`, default 20),
 //! `--orders N` (bulk orders seeded for `startup`/`reads`, default 10000),
-//! `--no-baseline` (skip the 1-client baseline runs).
+//! `--no-baseline` (skip the 1-client baseline runs), `--wait-idle SECS` (before each
+//! scenario, wait up to this long for other processes to leave the machine idle; default 120),
+//! `--workers on|off` (`AIRLOCK_WORKERS` of the `reads` and `pairs` servers; default `off`, as
+//! in the test harness, so only the HTTP path is measured; `startup` uses serve's default).
+//!
+//! `pairs` gives each client its own trader on the energy desk; `pairs-shared` runs every
+//! client as `op-energy-trader`. Both start `serve` with `AIRLOCK_NOW` at a Monday 09:00
+//! Chicago (CME open) and `AIRLOCK_EXECUTE_RATE_PER_MINUTE=10000`, the largest value the
+//! configuration accepts. Each pair plans 1 CLF27 on ACC-1 (market) and executes it; a client's
+//! pairs alternate buy and sell so that the account stays inside the position limit (50) when
+//! workers fill the orders.
 //!
 //! The server under test is `$AIRLOCK_TEST_BIN` if set, else `airlock` next to this
 //! executable (`target/release/airlock` under `cargo run --release`). Client and server share
@@ -46,6 +56,9 @@ struct Opts {
     runs: usize,
     orders: usize,
     baseline: bool,
+    wait_idle: Duration,
+    /// `AIRLOCK_WORKERS` for the `reads` and `pairs` servers.
+    workers: String,
 }
 
 struct Row {
@@ -152,55 +165,119 @@ fn cpu_time(pid: &str) -> Option<Duration> {
 }
 
 fn clk_tck() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
+    static TCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TCK.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }
 
-/// CPU time of the server (by pid) and of this process, sampled together.
+/// Busy CPU time of the whole machine (all cores, every process), from /proc/stat.
+fn machine_busy() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let v: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some(Duration::from_secs_f64((total - idle) as f64 / clk_tck()))
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Waits (up to `max`) until other processes leave the machine mostly idle, so that a
+/// concurrent build does not skew the figures; warns if it never does.
+fn wait_quiet(max: Duration) {
+    let t0 = Instant::now();
+    loop {
+        let a = machine_busy();
+        std::thread::sleep(Duration::from_millis(1000));
+        let busy = match (a, machine_busy()) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64() / cores() as f64 * 100.0,
+            _ => return,
+        };
+        if busy < 10.0 {
+            return;
+        }
+        if t0.elapsed() >= max {
+            eprintln!(
+                "  WARNING: the machine is {busy:.0}% busy with other work; figures will be skewed"
+            );
+            return;
+        }
+        eprintln!("  machine {busy:.0}% busy with other work; waiting for it to settle");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// CPU used during a measured window: server, client (this process), whole machine.
+#[derive(Clone, Copy, Default)]
+struct CpuUse {
+    server: Option<Duration>,
+    client: Option<Duration>,
+    machine: Option<Duration>,
+}
+
+/// CPU time of the server (by pid), of this process and of the machine, sampled together.
 struct CpuMeter {
     server: String,
-    start: (Option<Duration>, Option<Duration>),
+    start: [Option<Duration>; 3],
 }
 
 impl CpuMeter {
+    fn sample(server: &str) -> [Option<Duration>; 3] {
+        [cpu_time(server), cpu_time("self"), machine_busy()]
+    }
     fn start(server_pid: Option<u32>) -> CpuMeter {
         let server = server_pid.map(|p| p.to_string()).unwrap_or_default();
-        let start = (cpu_time(&server), cpu_time("self"));
+        let start = CpuMeter::sample(&server);
         CpuMeter { server, start }
     }
-    /// (server, client) CPU used since `start`.
-    fn stop(&self) -> (Option<Duration>, Option<Duration>) {
-        let s = cpu_time(&self.server)
-            .zip(self.start.0)
-            .map(|(b, a)| b.saturating_sub(a));
-        let c = cpu_time("self")
-            .zip(self.start.1)
-            .map(|(b, a)| b.saturating_sub(a));
-        (s, c)
+    fn stop(&self) -> CpuUse {
+        let end = CpuMeter::sample(&self.server);
+        let d = |i: usize| end[i].zip(self.start[i]).map(|(b, a)| b.saturating_sub(a));
+        CpuUse {
+            server: d(0),
+            client: d(1),
+            machine: d(2),
+        }
     }
 }
 
-fn cpu_rows(bench: &str, wall: Duration, n: usize, unit: &str, cpu: (Option<Duration>, Option<Duration>)) -> Vec<Row> {
+fn cpu_rows(bench: &str, wall: Duration, n: usize, unit: &str, cpu: CpuUse) -> Vec<Row> {
     let mut rows = Vec::new();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let cores = cores() as f64;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / n.max(1) as f64;
     let util = |d: Duration| d.as_secs_f64() / wall.as_secs_f64() / cores * 100.0;
-    if let (Some(s), Some(c)) = cpu {
+    if let (Some(s), Some(c)) = (cpu.server, cpu.client) {
         rows.push(info(
             bench,
             &format!("CPU per {unit}: server / client"),
             format!("{:.0} µs / {:.0} µs", per(s), per(c)),
         ));
+        let other = cpu
+            .machine
+            .map(|m| format!(" / other {:.0}%", util(m.saturating_sub(s + c))))
+            .unwrap_or_default();
         rows.push(info(
             bench,
-            "machine CPU busy: server / client",
+            "CPU busy, % of all cores",
             format!(
-                "{:.0}% / {:.0}% of {} cores",
+                "server {:.0}% / client {:.0}%{other} ({} cores)",
                 util(s),
                 util(c),
                 cores as usize
@@ -241,7 +318,11 @@ impl Errors {
         if self.kinds.is_empty() {
             return "0".into();
         }
-        let kinds: Vec<String> = self.kinds.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let kinds: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
         format!("{} ({})", self.total(), kinds.join(", "))
     }
     fn print_samples(&self, what: &str) {
@@ -362,10 +443,7 @@ fn spawn_serve(dir: &Path, env: &[(&str, &str)]) -> Started {
         std::thread::sleep(Duration::from_micros(200));
     }
     let health = t0.elapsed();
-    let listening = rx
-        .recv_timeout(Duration::from_secs(1))
-        .ok()
-        .map(|t| t - t0);
+    let listening = rx.recv_timeout(Duration::from_secs(1)).ok().map(|t| t - t0);
     Started {
         child,
         health,
@@ -399,7 +477,9 @@ fn bench_startup(o: &Opts) -> Vec<Row> {
     eprintln!("  seeded in {:.2} s", t.elapsed().as_secs_f64());
     // One start and stop so that keys, migrations and seed are all in place.
     stop_gracefully(spawn_serve(&dir, &[]).child);
-    let db_size = std::fs::metadata(dir.join("airlock.db")).map(|m| m.len()).unwrap_or(0);
+    let db_size = std::fs::metadata(dir.join("airlock.db"))
+        .map(|m| m.len())
+        .unwrap_or(0);
 
     // The floor: exec and exit of the same binary, no runtime work.
     let mut exec = Lat::default();
@@ -490,10 +570,17 @@ struct ReadResult {
     per_path: Vec<Lat>,
     errors: Errors,
     wall: Duration,
-    cpu: (Option<Duration>, Option<Duration>),
+    cpu: CpuUse,
 }
 
-async fn run_reads(s: &Server, service: &str, operator: &str, clients: usize, o: &Opts, duration: Duration) -> ReadResult {
+async fn run_reads(
+    s: &Server,
+    service: &str,
+    operator: &str,
+    clients: usize,
+    o: &Opts,
+    duration: Duration,
+) -> ReadResult {
     let base = format!("{}{BASE}", s.base);
     let begin = Instant::now() + o.warmup;
     let end = begin + duration;
@@ -568,7 +655,7 @@ async fn run_reads(s: &Server, service: &str, operator: &str, clients: usize, o:
         .unwrap()
         .as_ref()
         .map(CpuMeter::stop)
-        .unwrap_or((None, None));
+        .unwrap_or_default();
     let mut all = Lat::default();
     for p in &per_path {
         all.extend(p);
@@ -577,7 +664,7 @@ async fn run_reads(s: &Server, service: &str, operator: &str, clients: usize, o:
         all,
         per_path,
         errors,
-        wall: last - begin,
+        wall: (last - begin).max(Duration::from_millis(1)),
         cpu,
     }
 }
@@ -587,7 +674,7 @@ async fn bench_reads(o: &Opts) -> Vec<Row> {
     eprintln!("== reads: seeding {} bulk orders", o.orders);
     let dir = temp_state_dir();
     cli(&dir, &[], &["seed-orders", &o.orders.to_string()]);
-    let s = Server::start_in(dir, &[]);
+    let s = Server::start_in(dir, &[("AIRLOCK_WORKERS", o.workers.as_str())]);
     let service = s.service_token();
     let operator = s.operator_token(TRADER, "trader", Some("energy"));
     // Sanity: every path answers 200 before we time anything.
@@ -623,7 +710,11 @@ async fn bench_reads(o: &Opts) -> Vec<Row> {
         let rps = n as f64 / r.wall.as_secs_f64();
         let main = clients == o.clients;
         let tag = format!("{clients} client{}", if clients == 1 { "" } else { "s" });
-        rows.push(info(b, &format!("{tag}: requests/s"), format!("{rps:.0} ({n} requests in {:.1} s)", r.wall.as_secs_f64())));
+        rows.push(info(
+            b,
+            &format!("{tag}: requests/s"),
+            format!("{rps:.0} ({n} requests in {:.1} s)", r.wall.as_secs_f64()),
+        ));
         if main {
             rows.push(row(
                 b,
@@ -640,16 +731,24 @@ async fn bench_reads(o: &Opts) -> Vec<Row> {
                 Some(r.errors.total() == 0),
             ));
         } else {
-            rows.push(info(b, &format!("{tag}: errors (non-200)"), r.errors.describe()));
+            rows.push(info(
+                b,
+                &format!("{tag}: errors (non-200)"),
+                r.errors.describe(),
+            ));
         }
         rows.push(info(b, &format!("{tag}: latency, all"), r.all.summary()));
         for (p, l) in READ_PATHS.iter().zip(&r.per_path) {
             rows.push(info(b, &format!("{tag}: latency, `{p}`"), l.summary()));
         }
-        rows.extend(cpu_rows(b, r.wall, n, "request", r.cpu).into_iter().map(|mut x| {
-            x.metric = format!("{tag}: {}", x.metric);
-            x
-        }));
+        rows.extend(
+            cpu_rows(b, r.wall, n, "request", r.cpu)
+                .into_iter()
+                .map(|mut x| {
+                    x.metric = format!("{tag}: {}", x.metric);
+                    x
+                }),
+        );
     }
     rows
 }
@@ -663,14 +762,29 @@ struct PairResult {
     execute: Lat,
     plan_errors: Errors,
     exec_errors: Errors,
+    /// Successful pairs: (completion, ms after the window opened; execute latency, µs).
+    timeline: Vec<(u64, u64)>,
     wall: Duration,
-    cpu: (Option<Duration>, Option<Duration>),
+    cpu: CpuUse,
 }
 
-fn plan_body(operator_sub: &str) -> String {
+impl PairResult {
+    /// Successful pairs per second of the window, and execute p50 (ms) in each second.
+    fn per_second(&self) -> Vec<(usize, f64)> {
+        let secs = (self.wall.as_secs_f64().round() as usize).max(1);
+        let mut b: Vec<Lat> = vec![Lat::default(); secs];
+        for &(at, ex) in &self.timeline {
+            let i = ((at / 1000) as usize).min(secs - 1);
+            b[i].0.push(ex);
+        }
+        b.iter().map(|l| (l.0.len(), l.pct(50.0))).collect()
+    }
+}
+
+fn plan_body(operator_sub: &str, side: &str) -> String {
     json!({
         "action_type": "order.submit.cl",
-        "payload": { "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" },
+        "payload": { "account_id": "ACC-1", "symbol": "CLF27", "side": side, "quantity": 1, "order_type": "market" },
         "requested_by": operator_sub,
         "chat_context": { "chat_session_id": "bench", "tool_call_id": "bench-call" }
     })
@@ -706,10 +820,14 @@ async fn run_pairs(
         tasks.push(tokio::spawn(async move {
             let http = http_client();
             let auth = format!("Bearer {service}");
-            let body = plan_body(&sub);
-            let (mut pair, mut plan, mut execute) = (Lat::default(), Lat::default(), Lat::default());
+            // Buys and sells alternate, so the account's position (and any pending
+            // exposure) stays far inside the default position limit of 50 contracts.
+            let bodies = [plan_body(&sub, "buy"), plan_body(&sub, "sell")];
+            let (mut pair, mut plan, mut execute) =
+                (Lat::default(), Lat::default(), Lat::default());
             let (mut plan_errors, mut exec_errors) = (Errors::default(), Errors::default());
             let mut last = begin;
+            let mut timeline = Vec::new();
             let mut seq = 0u64;
             loop {
                 let t0 = Instant::now();
@@ -723,7 +841,7 @@ async fn run_pairs(
                     .header("authorization", &auth)
                     .header("x-operator-token", &token)
                     .header("content-type", "application/json")
-                    .body(body.clone())
+                    .body(bodies[(seq % 2) as usize].clone())
                     .send()
                     .await;
                 let (st, text) = match r {
@@ -783,8 +901,20 @@ async fn run_pairs(
                     continue;
                 }
                 pair.push(t3 - t0);
+                timeline.push((
+                    (t3 - begin).as_millis() as u64,
+                    (t3 - t2).as_micros() as u64,
+                ));
             }
-            (pair, plan, execute, plan_errors, exec_errors, last)
+            (
+                pair,
+                plan,
+                execute,
+                plan_errors,
+                exec_errors,
+                last,
+                timeline,
+            )
         }));
     }
     let mut res = PairResult {
@@ -793,12 +923,14 @@ async fn run_pairs(
         execute: Lat::default(),
         plan_errors: Errors::default(),
         exec_errors: Errors::default(),
+        timeline: Vec::new(),
         wall: Duration::ZERO,
-        cpu: (None, None),
+        cpu: CpuUse::default(),
     };
     let mut last = begin;
     for t in tasks {
-        let (pair, plan, execute, pe, ee, l) = t.await.expect("pair task");
+        let (pair, plan, execute, pe, ee, l, tl) = t.await.expect("pair task");
+        res.timeline.extend(tl);
         res.pair.extend(&pair);
         res.plan.extend(&plan);
         res.execute.extend(&execute);
@@ -806,13 +938,17 @@ async fn run_pairs(
         res.exec_errors.merge(ee);
         last = last.max(l);
     }
-    res.wall = last - begin;
+    res.wall = (last - begin).max(if res.pair.0.is_empty() {
+        duration
+    } else {
+        Duration::ZERO
+    });
     res.cpu = meter
         .lock()
         .unwrap()
         .as_ref()
         .map(CpuMeter::stop)
-        .unwrap_or((None, None));
+        .unwrap_or_default();
     res
 }
 
@@ -832,11 +968,15 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
     let env = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_WORKERS", o.workers.as_str()),
     ];
     let s = Server::start(&env);
     let service = s.service_token();
     let operators: Vec<(String, String)> = if shared {
-        vec![(TRADER.into(), s.operator_token(TRADER, "trader", Some("energy")))]
+        vec![(
+            TRADER.into(),
+            s.operator_token(TRADER, "trader", Some("energy")),
+        )]
     } else {
         (0..o.clients)
             .map(|i| {
@@ -857,7 +997,16 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
             o.warmup.as_secs_f64(),
             duration.as_secs_f64()
         );
-        let r = run_pairs(&s, &service, &operators, clients, o, duration, &format!("{b}{k}")).await;
+        let r = run_pairs(
+            &s,
+            &service,
+            &operators,
+            clients,
+            o,
+            duration,
+            &format!("{b}{k}"),
+        )
+        .await;
         r.plan_errors.print_samples("plan");
         r.exec_errors.print_samples("execute");
         let n = r.pair.0.len();
@@ -909,12 +1058,42 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
         }
         rows.push(info(b, &format!("{tag}: pair latency"), r.pair.summary()));
         rows.push(info(b, &format!("{tag}: plan latency"), r.plan.summary()));
-        rows.push(info(b, &format!("{tag}: execute latency"), r.execute.summary()));
-        rows.extend(cpu_rows(b, r.wall, n, "pair", r.cpu).into_iter().map(|mut x| {
-            x.metric = format!("{tag}: {}", x.metric);
-            x
-        }));
+        rows.push(info(
+            b,
+            &format!("{tag}: execute latency"),
+            r.execute.summary(),
+        ));
+        let ps = r.per_second();
+        rows.push(info(
+            b,
+            &format!("{tag}: pairs in each second of the run"),
+            ps.iter()
+                .map(|(n, _)| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
+        rows.push(info(
+            b,
+            &format!("{tag}: execute p50 in each second, ms"),
+            ps.iter()
+                .map(|(_, p)| format!("{p:.1}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
+        rows.extend(
+            cpu_rows(b, r.wall, n, "pair", r.cpu)
+                .into_iter()
+                .map(|mut x| {
+                    x.metric = format!("{tag}: {}", x.metric);
+                    x
+                }),
+        );
     }
+    rows.push(info(
+        b,
+        "server log ERROR lines",
+        server_errors(&s.state_dir),
+    ));
     // Where the rows went: the database after the run.
     let db = s.db();
     let count = |t: &str| -> i64 {
@@ -922,8 +1101,25 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
             .unwrap_or(-1)
     };
     let rate_bytes: i64 = db
-        .query_row("SELECT COALESCE(MAX(LENGTH(body)), 0) FROM rate_limits", [], |r| r.get(0))
+        .query_row(
+            "SELECT COALESCE(MAX(LENGTH(body)), 0) FROM rate_limits",
+            [],
+            |r| r.get(0),
+        )
         .unwrap_or(-1);
+    let body_mb = |t: &str| -> f64 {
+        db.query_row(
+            &format!("SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {t}"),
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n as f64 / 1e6)
+        .unwrap_or(-1.0)
+    };
+    let pragma = |p: &str| -> i64 {
+        db.query_row(&format!("PRAGMA {p}"), [], |r| r.get(0))
+            .unwrap_or(-1)
+    };
     let size = |f: &str| {
         std::fs::metadata(s.state_dir.join(f))
             .map(|m| m.len() as f64 / 1e6)
@@ -943,14 +1139,57 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
             size("airlock.db-wal")
         ),
     ));
+    rows.push(info(
+        b,
+        "stored JSON bodies",
+        format!(
+            "plans {:.1} MB, actions {:.1} MB, audit {:.1} MB, queue {:.1} MB, idempotency_keys {:.1} MB; {} of {} pages free",
+            body_mb("plans"),
+            body_mb("actions"),
+            body_mb("audit"),
+            body_mb("queue"),
+            body_mb("idempotency_keys"),
+            pragma("freelist_count"),
+            pragma("page_count"),
+        ),
+    ));
     rows
+}
+
+/// ERROR lines of the server log, grouped by their `cause` field.
+fn server_errors(state_dir: &Path) -> String {
+    let log = std::fs::read_to_string(state_dir.join("serve.log")).unwrap_or_default();
+    let mut causes: BTreeMap<String, u64> = BTreeMap::new();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if v["level"] != "ERROR" {
+            continue;
+        }
+        let f = &v["fields"];
+        let what = f["cause"]
+            .as_str()
+            .or(f["error"].as_str())
+            .or(f["message"].as_str())
+            .unwrap_or("?");
+        *causes.entry(truncate(what, 120)).or_default() += 1;
+    }
+    if causes.is_empty() {
+        return "none".into();
+    }
+    causes
+        .iter()
+        .map(|(c, n)| format!("{n} × {c}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 // ---------------------------------------------------------------------------------------
 
 fn usage() -> ! {
     eprintln!(
-        "usage: airlock-bench <startup|reads|pairs|pairs-shared|all> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline]"
+        "usage: airlock-bench <startup|reads|pairs|pairs-shared|all> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off]"
     );
     std::process::exit(2)
 }
@@ -972,6 +1211,8 @@ fn main() {
         runs: 20,
         orders: 10_000,
         baseline: true,
+        wait_idle: Duration::from_secs(120),
+        workers: "off".into(),
     };
     while let Some(a) = args.next() {
         let mut num = || -> u64 {
@@ -985,6 +1226,14 @@ fn main() {
             "--runs" => o.runs = num().max(1) as usize,
             "--orders" => o.orders = num() as usize,
             "--no-baseline" => o.baseline = false,
+            "--wait-idle" => o.wait_idle = Duration::from_secs(num()),
+            "--workers" => {
+                o.workers = match args.next().as_deref() {
+                    Some("on") => "on".into(),
+                    Some("off") => "off".into(),
+                    _ => usage(),
+                }
+            }
             _ => usage(),
         }
     }
@@ -1014,18 +1263,22 @@ fn main() {
     let all = what == "all";
     let mut ran = false;
     if all || what == "startup" {
+        wait_quiet(o.wait_idle);
         rows.extend(bench_startup(&o));
         ran = true;
     }
     if all || what == "reads" {
+        wait_quiet(o.wait_idle);
         rows.extend(rt.block_on(bench_reads(&o)));
         ran = true;
     }
     if all || what == "pairs" {
+        wait_quiet(o.wait_idle);
         rows.extend(rt.block_on(bench_pairs(&o, false)));
         ran = true;
     }
     if all || what == "pairs-shared" {
+        wait_quiet(o.wait_idle);
         rows.extend(rt.block_on(bench_pairs(&o, true)));
         ran = true;
     }
