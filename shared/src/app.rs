@@ -111,6 +111,8 @@ pub fn dev_authenticator(cfg: &Config) -> Result<Authenticator, String> {
         roles: RoleTable::default(),
         max_service_lifetime_s: cfg.max_service_token_lifetime_s as i64,
         skew_s: cfg.clock_skew_s as i64,
+        verified_services: Default::default(),
+        verified_operators: Default::default(),
     })
 }
 
@@ -202,7 +204,7 @@ pub async fn aws(cfg: Config, clock: SharedClock) -> Result<AppState, String> {
 pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), String> {
     let db = Sqlite::open(&cfg.state_dir)?;
     let confirm_key = keys::load_or_create_p256(&cfg.state_dir.join(files::CONFIRMATION_KEY))?;
-    let signer: Arc<dyn Signer> = Arc::new(LocalSigner::new(LOCAL_CONFIRMATION_KID, &confirm_key));
+    let signer: Arc<dyn Signer> = Arc::new(LocalSigner::new(LOCAL_CONFIRMATION_KID, &confirm_key)?);
     let cursor_key = cursor_key(&cfg)?;
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
     let state = AppState {

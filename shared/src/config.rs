@@ -115,7 +115,7 @@ impl Config {
             )?,
             clock_skew_s: number("AIRLOCK_CLOCK_SKEW_SECONDS", 60, 0, 60)?,
             execute_lease_ms: number("AIRLOCK_EXECUTE_LEASE_MS", 10_000, 1_000, 120_000)?,
-            execute_rate_per_minute: number("AIRLOCK_EXECUTE_RATE_PER_MINUTE", 20, 1, 10_000)?,
+            execute_rate_per_minute: number("AIRLOCK_EXECUTE_RATE_PER_MINUTE", 20, 1, 1_000_000)?,
             sweep_after_ms: number("AIRLOCK_SWEEP_AFTER_MS", 60_000, 1_000, 3_600_000)?,
             sweep_interval_ms: number("AIRLOCK_SWEEP_INTERVAL_MS", 5_000, 100, 600_000)?,
             worker_retry_ms: number("AIRLOCK_WORKER_RETRY_MS", 2_000, 10, 600_000)?,

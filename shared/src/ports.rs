@@ -125,8 +125,8 @@ pub struct ExecuteCommit {
     pub plan_change: Option<(String, PlanChange)>,
     /// The control record must still allow executing this action type.
     pub require_execute_allowed: Option<crate::domain::ActionType>,
-    /// The operator's rate state must still be at `expected_version`; it is replaced.
-    pub rate: Option<(u64, RateState)>,
+    /// One more execute on the operator's rate record (conditional, see [`RateUpdate`]).
+    pub rate: Option<crate::records::RateUpdate>,
     /// The account's position in the contract must lie in this range (absent counts as 0).
     pub position_within: Option<PositionBounds>,
     pub action: Option<ActionRecord>,

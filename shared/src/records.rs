@@ -256,13 +256,76 @@ impl Control {
     }
 }
 
-/// Decided executes of one operator in the last rolling minute, with a version for
-/// optimistic concurrency.
+/// Accepted executes of one operator: the count in the current minute bucket and in the one
+/// before it, for a sliding-window estimate of the last 60 seconds (constant size, and
+/// concurrent executes increment it without conflicting).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RateState {
     pub operator_id: String,
-    pub recent: Vec<Millis>,
-    pub version: u64,
+    /// Start of the minute `count` belongs to; 0 when there is no record yet.
+    pub bucket: Millis,
+    pub count: u32,
+    pub previous: u32,
+}
+
+pub const RATE_WINDOW_MS: Millis = 60_000;
+
+impl RateState {
+    /// The start of the minute bucket `now` falls in.
+    pub fn bucket_of(now: Millis) -> Millis {
+        now - now.rem_euclid(RATE_WINDOW_MS)
+    }
+
+    /// (this minute's count, the previous minute's count) as seen at `now`.
+    fn counts_at(&self, now: Millis) -> (u32, u32) {
+        let current = Self::bucket_of(now);
+        if self.bucket == current {
+            (self.count, self.previous)
+        } else if self.bucket == current - RATE_WINDOW_MS {
+            (0, self.count)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// Executes in the last rolling minute, estimated: the previous bucket weighted by how
+    /// much of it is still inside the window, plus the current bucket.
+    pub fn estimate(&self, now: Millis) -> f64 {
+        let (cur, prev) = self.counts_at(now);
+        let elapsed = (now - Self::bucket_of(now)) as f64 / RATE_WINDOW_MS as f64;
+        prev as f64 * (1.0 - elapsed) + cur as f64
+    }
+
+    /// The update that records one more execute at `now`, if the limit allows it.
+    pub fn next(&self, now: Millis, limit: u32) -> RateUpdate {
+        let current = Self::bucket_of(now);
+        let (_, prev) = self.counts_at(now);
+        RateUpdate {
+            operator_id: self.operator_id.clone(),
+            bucket: current,
+            expected_bucket: self.bucket,
+            previous: prev,
+            limit,
+        }
+    }
+}
+
+/// One more execute for an operator, applied atomically: an increment of the current bucket
+/// while it is below `limit` (when the stored bucket is already `bucket`), or a roll-over to
+/// `bucket` with a count of 1 (when the stored bucket is still `expected_bucket`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateUpdate {
+    pub operator_id: String,
+    pub bucket: Millis,
+    pub expected_bucket: Millis,
+    pub previous: u32,
+    pub limit: u32,
+}
+
+impl RateUpdate {
+    pub fn is_increment(&self) -> bool {
+        self.expected_bucket == self.bucket
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -289,4 +352,25 @@ pub struct AuditRecord {
     pub tool_call_id: Option<String>,
     pub request_id: String,
     pub policy_version: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_window_slides_across_minute_buckets() {
+        let t0 = 1_800_000_000_000 - 1_800_000_000_000 % RATE_WINDOW_MS;
+        let s = RateState { operator_id: "op".into(), bucket: t0, count: 20, previous: 0 };
+        assert_eq!(s.estimate(t0 + 10_000), 20.0);
+        // Half-way through the next minute, half of the previous minute still counts.
+        assert_eq!(s.estimate(t0 + 90_000), 10.0);
+        // Two minutes later nothing counts.
+        assert_eq!(s.estimate(t0 + 130_000), 0.0);
+        let inc = s.next(t0 + 10_000, 25);
+        assert!(inc.is_increment());
+        let roll = s.next(t0 + 70_000, 25);
+        assert!(!roll.is_increment());
+        assert_eq!((roll.bucket, roll.expected_bucket, roll.previous), (t0 + 60_000, t0, 20));
+    }
 }

@@ -209,9 +209,51 @@ struct ServiceClaims {
 #[derive(Debug, Deserialize)]
 struct OperatorClaims {
     sub: String,
+    exp: i64,
     #[serde(default)]
     roles: Vec<String>,
     desks: Option<Vec<String>>,
+}
+
+/// Tokens that verified, by SHA-256 of the token, until their `exp`: each request carries
+/// two tokens, and an ES256 check costs more than the rest of a read. A cached token is
+/// still refused once expired. Bounded: cleared when full.
+pub struct VerifiedTokens<T> {
+    map: std::sync::Mutex<HashMap<[u8; 32], (T, i64)>>,
+}
+
+impl<T> Default for VerifiedTokens<T> {
+    fn default() -> Self {
+        VerifiedTokens {
+            map: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+const TOKEN_CACHE_MAX: usize = 10_000;
+
+impl<T: Clone> VerifiedTokens<T> {
+    fn key(token: &str) -> [u8; 32] {
+        use sha2::Digest;
+        sha2::Sha256::digest(token.as_bytes()).into()
+    }
+
+    fn get(&self, token: &str, now_s: i64, skew_s: i64) -> Option<T> {
+        let map = self.map.lock().ok()?;
+        match map.get(&Self::key(token)) {
+            Some((v, exp)) if now_s <= exp + skew_s => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    fn put(&self, token: &str, value: &T, exp: i64) {
+        if let Ok(mut map) = self.map.lock() {
+            if map.len() >= TOKEN_CACHE_MAX {
+                map.clear();
+            }
+            map.insert(Self::key(token), (value.clone(), exp));
+        }
+    }
 }
 
 /// Verifies both tokens of a request.
@@ -222,6 +264,8 @@ pub struct Authenticator {
     pub roles: RoleTable,
     pub max_service_lifetime_s: i64,
     pub skew_s: i64,
+    pub verified_services: std::sync::Arc<VerifiedTokens<ServicePrincipal>>,
+    pub verified_operators: std::sync::Arc<VerifiedTokens<Operator>>,
 }
 
 impl Authenticator {
@@ -254,6 +298,9 @@ impl Authenticator {
             )
         };
         let token = bearer.ok_or_else(|| fail("it is missing".into()))?;
+        if let Some(p) = self.verified_services.get(token, now_s, self.skew_s) {
+            return Ok(p);
+        }
         let c: ServiceClaims =
             verify_jwt(token, &self.service, now_s, self.skew_s).map_err(|f| match f {
                 TokenFault::Expired(_) => fail("it has expired".into()),
@@ -268,14 +315,16 @@ impl Authenticator {
         if c.sub.is_empty() {
             return Err(fail("its sub is empty".into()));
         }
-        Ok(ServicePrincipal {
+        let principal = ServicePrincipal {
             sub: c.sub,
             scopes: c
                 .scope
                 .split_whitespace()
                 .filter_map(Permission::from_scope)
                 .collect(),
-        })
+        };
+        self.verified_services.put(token, &principal, c.exp);
+        Ok(principal)
     }
 
     fn operator(&self, token: Option<&str>, now_s: i64) -> Result<Operator, ApiError> {
@@ -286,6 +335,9 @@ impl Authenticator {
             )
         };
         let token = token.ok_or_else(|| fail("the X-Operator-Token header is missing".into()))?;
+        if let Some(o) = self.verified_operators.get(token, now_s, self.skew_s) {
+            return Ok(o);
+        }
         let c: OperatorClaims =
             verify_jwt(token, &self.operator, now_s, self.skew_s).map_err(|f| match f {
                 TokenFault::Expired(_) => fail("it has expired".into()),
@@ -300,10 +352,12 @@ impl Authenticator {
             Some(d) => DeskScope::Only(d.into_iter().collect()),
             None => DeskScope::Only(BTreeSet::new()),
         };
-        Ok(Operator {
+        let operator = Operator {
             sub: c.sub,
             roles: c.roles,
             desks,
-        })
+        };
+        self.verified_operators.put(token, &operator, c.exp);
+        Ok(operator)
     }
 }

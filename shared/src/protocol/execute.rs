@@ -545,11 +545,11 @@ async fn decide(
     }
     // Rate limit: not a decision, so nothing is recorded and the key can be retried.
     rate.operator_id = ctx.caller.operator.sub.clone();
-    rate.recent.retain(|t| *t > now - 60_000);
-    let limit = st.config.execute_rate_per_minute as usize;
-    if rate.recent.len() >= limit {
-        let oldest = rate.recent.iter().min().copied().unwrap_or(now);
-        let wait = ((oldest + 60_000 - now).max(1000) as u64).div_ceil(1000);
+    let limit = st.config.execute_rate_per_minute;
+    if rate.estimate(now) >= limit as f64 {
+        // Wait until the estimate falls below the limit: at most to the end of the minute.
+        let into = now - crate::records::RateState::bucket_of(now);
+        let wait = ((crate::records::RATE_WINDOW_MS - into).max(1000) as u64).div_ceil(1000);
         let e = ApiError::new(
             Code::RateLimited,
             format!("Operator {} reached {limit} executes per minute; retry in {wait} s with the same idempotency key.", ctx.caller.operator.sub),
@@ -636,7 +636,7 @@ enum Attempt {
 async fn accept(
     ctx: &Ctx<'_>,
     plan: &PlanRecord,
-    mut rate: RateState,
+    rate: RateState,
     bounds: Option<PositionBounds>,
     now: Millis,
 ) -> Result<Attempt, ApiError> {
@@ -711,8 +711,6 @@ async fn accept(
         error: None,
     };
     let lease_owner = new_id("lease", now);
-    let expected_version = rate.version;
-    rate.recent.push(now);
     let mut audit = ctx.audit(now, "queued");
     audit.action_type = Some(plan.action_type);
     audit.action_id = Some(action_id.clone());
@@ -742,7 +740,7 @@ async fn accept(
             },
         )),
         require_execute_allowed: Some(plan.action_type),
-        rate: Some((expected_version, rate)),
+        rate: Some(rate.next(now, st.config.execute_rate_per_minute)),
         position_within: bounds,
         action: Some(action.clone()),
         audit,

@@ -1,7 +1,7 @@
 //! The execute ledger on DynamoDB. The atomic step is one `TransactWriteItems`: the key
 //! (conditional on its absence or its lease owner), the plan (conditional on `planned`),
 //! a `ConditionCheck` on the control item (so the kill switch has no race window), the
-//! rate state (conditional on its version), a `ConditionCheck` on the position, the
+//! rate record (a conditional increment), a `ConditionCheck` on the position, the
 //! action and the audit record. A cancelled transaction names the condition that failed.
 
 use std::collections::HashMap;
@@ -147,12 +147,17 @@ impl ExecuteLedger for Aws {
         };
         let plan = one(&n_.plans).map(|i| plan_from_item(&i)).transpose()?;
         let control = control_from_item(one(&n_.control))?;
-        let rate = match one(&n_.rate_limits) {
-            Some(i) => ddb::from_body(&i)?,
-            None => RateState {
-                operator_id: operator_id.to_string(),
-                ..RateState::default()
-            },
+        let rate = RateState {
+            operator_id: operator_id.to_string(),
+            ..match one(&n_.rate_limits) {
+                Some(i) => RateState {
+                    operator_id: String::new(),
+                    bucket: ddb::opt_n(&i, "bucket").unwrap_or(0),
+                    count: ddb::opt_n(&i, "count").unwrap_or(0) as u32,
+                    previous: ddb::opt_n(&i, "previous").unwrap_or(0) as u32,
+                },
+                None => RateState::default(),
+            }
         };
         Ok(ExecuteSnapshot {
             key,
@@ -232,21 +237,32 @@ impl ExecuteLedger for Aws {
             kinds.push(Conflict::Control);
         }
 
-        // The operator's rate state, by version.
-        if let Some((expected, state)) = &c.rate {
-            let mut next = state.clone();
-            next.version = expected + 1;
-            let put = Put::builder()
+        // The operator's rate record: an increment below the limit, or a roll-over to
+        // the current minute from the bucket read.
+        if let Some(u) = &c.rate {
+            let up = Update::builder()
                 .table_name(&n_.rate_limits)
-                .item("operator_id", s(next.operator_id.clone()))
-                .item("version", n(next.version as i64))
-                .item("ttl", ddb::ttl_seconds(now + 3_600_000))
-                .item("body", ddb::body(&next)?)
-                .condition_expression("attribute_not_exists(operator_id) OR version = :v")
-                .expression_attribute_values(":v", n(*expected as i64));
+                .key("operator_id", s(u.operator_id.clone()))
+                .expression_attribute_names("#c", "count")
+                .expression_attribute_names("#b", "bucket")
+                .expression_attribute_values(":b", n(u.bucket))
+                .expression_attribute_values(":ttl", n((u.bucket + 3 * 60_000).div_euclid(1000)));
+            let up = if u.is_increment() {
+                up.update_expression("SET #c = #c + :one, #ttl = :ttl")
+                    .condition_expression("#b = :b AND #c < :limit")
+                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":limit", n(u.limit as i64))
+            } else {
+                up.update_expression("SET #b = :b, #c = :one, previous = :prev, #ttl = :ttl")
+                    .condition_expression("attribute_not_exists(operator_id) OR #b = :old")
+                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":prev", n(u.previous as i64))
+                    .expression_attribute_values(":old", n(u.expected_bucket))
+            }
+            .expression_attribute_names("#ttl", "ttl");
             items.push(
                 TransactWriteItem::builder()
-                    .put(built(put.build())?)
+                    .update(built(up.build())?)
                     .build(),
             );
             kinds.push(Conflict::Rate);

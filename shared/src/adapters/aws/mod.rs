@@ -11,6 +11,7 @@ mod ledger;
 mod reads;
 pub mod shapes;
 mod sqs;
+pub mod template;
 mod workers;
 
 use std::sync::Arc;

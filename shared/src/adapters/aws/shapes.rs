@@ -2,7 +2,10 @@
 //! attributes), queues, and the signing key alias, with the environment variable that
 //! names each one (the SAM template's `Environment` keys) and its default name (used by
 //! `airlock serve --backend aws` and `airlock bootstrap` against an emulator).
-//! The SAM template in `infra/` declares the same shapes; a test compares them.
+//! The SAM template (`infra/template.yaml`) declares the resources; each entry here names
+//! its template resource by logical id. `airlock bootstrap` creates the resources from the
+//! template (see [`template`](super::template)), and a test there checks that the template
+//! still has the keys, indexes, TTL attributes, queues and key this code relies on.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Index {
@@ -15,6 +18,8 @@ pub struct Index {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table {
+    /// The table's logical id in `infra/template.yaml`.
+    pub logical_id: &'static str,
     /// Environment variable holding the table name.
     pub env: &'static str,
     pub default_name: &'static str,
@@ -26,6 +31,7 @@ pub struct Table {
 }
 
 pub const ACCOUNTS: Table = Table {
+    logical_id: "AccountsTable",
     env: "AIRLOCK_ACCOUNTS_TABLE",
     default_name: "airlock-accounts",
     partition: "account_id",
@@ -35,6 +41,7 @@ pub const ACCOUNTS: Table = Table {
 };
 
 pub const POSITIONS: Table = Table {
+    logical_id: "PositionsTable",
     env: "AIRLOCK_POSITIONS_TABLE",
     default_name: "airlock-positions",
     partition: "account_id",
@@ -45,6 +52,7 @@ pub const POSITIONS: Table = Table {
 
 /// `created_key` = zero-padded created_at millis, `#`, id: newest-first keyset order.
 pub const ORDERS: Table = Table {
+    logical_id: "OrdersTable",
     env: "AIRLOCK_ORDERS_TABLE",
     default_name: "airlock-orders",
     partition: "order_id",
@@ -67,6 +75,7 @@ pub const ORDERS: Table = Table {
 };
 
 pub const JOBS: Table = Table {
+    logical_id: "JobsTable",
     env: "AIRLOCK_JOBS_TABLE",
     default_name: "airlock-jobs",
     partition: "job_id",
@@ -81,6 +90,7 @@ pub const JOBS: Table = Table {
 };
 
 pub const PLANS: Table = Table {
+    logical_id: "PlansTable",
     env: "AIRLOCK_PLANS_TABLE",
     default_name: "airlock-plans",
     partition: "plan_id",
@@ -90,6 +100,7 @@ pub const PLANS: Table = Table {
 };
 
 pub const IDEMPOTENCY: Table = Table {
+    logical_id: "IdempotencyTable",
     env: "AIRLOCK_IDEMPOTENCY_TABLE",
     default_name: "airlock-idempotency",
     partition: "pk",
@@ -101,6 +112,7 @@ pub const IDEMPOTENCY: Table = Table {
 /// `unsent` is present only until the action's message was sent: a sparse index the
 /// sweeper reads.
 pub const ACTIONS: Table = Table {
+    logical_id: "ActionsTable",
     env: "AIRLOCK_ACTIONS_TABLE",
     default_name: "airlock-actions",
     partition: "action_id",
@@ -116,6 +128,7 @@ pub const ACTIONS: Table = Table {
 
 /// Audit records by plan, in time order (`seq` = zero-padded millis, `#`, audit id).
 pub const AUDIT: Table = Table {
+    logical_id: "AuditTable",
     env: "AIRLOCK_AUDIT_TABLE",
     default_name: "airlock-audit",
     partition: "plan_id",
@@ -125,6 +138,7 @@ pub const AUDIT: Table = Table {
 };
 
 pub const CONTROL: Table = Table {
+    logical_id: "ControlTable",
     env: "AIRLOCK_CONTROL_TABLE",
     default_name: "airlock-control",
     partition: "id",
@@ -134,6 +148,7 @@ pub const CONTROL: Table = Table {
 };
 
 pub const RATE_LIMITS: Table = Table {
+    logical_id: "RateLimitsTable",
     env: "AIRLOCK_RATE_LIMITS_TABLE",
     default_name: "airlock-rate-limits",
     partition: "operator_id",
@@ -144,6 +159,7 @@ pub const RATE_LIMITS: Table = Table {
 
 /// The paper broker's book (versioned JSON documents): a stand-in for a broker.
 pub const PAPER_BROKER: Table = Table {
+    logical_id: "PaperBrokerTable",
     env: "AIRLOCK_PAPER_BROKER_TABLE",
     default_name: "airlock-paper-broker",
     partition: "key",
@@ -168,6 +184,9 @@ pub const TABLES: &[Table] = &[
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueShape {
+    /// The queue's logical id in `infra/template.yaml` (its dead-letter queue is the
+    /// target of the template's `RedrivePolicy`).
+    pub logical_id: &'static str,
     /// Environment variable holding the queue URL.
     pub env: &'static str,
     pub default_name: &'static str,
@@ -178,6 +197,7 @@ pub struct QueueShape {
 }
 
 pub const ORDERS_QUEUE: QueueShape = QueueShape {
+    logical_id: "OrdersQueue",
     env: "AIRLOCK_ORDERS_QUEUE_URL",
     default_name: "airlock-orders.fifo",
     fifo: true,
@@ -186,6 +206,7 @@ pub const ORDERS_QUEUE: QueueShape = QueueShape {
 };
 
 pub const JOBS_QUEUE: QueueShape = QueueShape {
+    logical_id: "JobsQueue",
     env: "AIRLOCK_JOBS_QUEUE_URL",
     default_name: "airlock-jobs",
     fifo: false,
@@ -197,6 +218,9 @@ pub const QUEUES: &[QueueShape] = &[ORDERS_QUEUE, JOBS_QUEUE];
 
 /// Environment variable naming the KMS signing key (id, ARN or alias).
 pub const SIGNING_KEY_ENV: &str = "AIRLOCK_SIGNING_KEY_ID";
+
+/// The signing key's alias, after `alias/` and the resource prefix.
+pub const SIGNING_ALIAS_NAME: &str = "airlock-confirmation";
 
 /// `AIRLOCK_RESOURCE_PREFIX` goes before every default name, so several stacks (or test
 /// runs) can share one account or emulator.
@@ -233,5 +257,5 @@ pub fn signing_key() -> String {
 
 /// The alias `airlock bootstrap` creates.
 pub fn default_signing_alias() -> String {
-    format!("alias/{}airlock-confirmation", prefix())
+    format!("alias/{}{SIGNING_ALIAS_NAME}", prefix())
 }

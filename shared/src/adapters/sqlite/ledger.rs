@@ -130,8 +130,14 @@ fn check(tx: &Connection, commit: &ExecuteCommit, now: i64) -> StoreResult<Optio
             return Ok(Some(Conflict::Control));
         }
     }
-    if let Some((expected, state)) = &commit.rate {
-        if load_rate(tx, &state.operator_id)?.version != *expected {
+    if let Some(u) = &commit.rate {
+        let stored = load_rate(tx, &u.operator_id)?;
+        let ok = if u.is_increment() {
+            stored.bucket == u.bucket && stored.count < u.limit
+        } else {
+            stored.bucket == u.expected_bucket
+        };
+        if !ok {
             return Ok(Some(Conflict::Rate));
         }
     }
@@ -225,13 +231,22 @@ impl ExecuteLedger for Sqlite {
                 )
                 .map_err(db_err)?;
             }
-            if let Some((_, state)) = &commit.rate {
-                let mut state = state.clone();
-                state.version += 1;
+            if let Some(u) = &commit.rate {
+                let mut state = load_rate(tx, &u.operator_id)?;
+                if u.is_increment() {
+                    state.count += 1;
+                } else {
+                    state = RateState {
+                        operator_id: u.operator_id.clone(),
+                        bucket: u.bucket,
+                        count: 1,
+                        previous: u.previous,
+                    };
+                }
                 let text = serde_json::to_string(&state).map_err(json_err)?;
                 tx.execute(
                     "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
-                    params![state.operator_id, state.version as i64, text],
+                    params![state.operator_id, state.bucket, text],
                 )
                 .map_err(db_err)?;
             }

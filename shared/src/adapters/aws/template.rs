@@ -1,0 +1,853 @@
+//! The SAM template, `infra/template.yaml`, read as data: the single source of truth for the
+//! AWS resource shapes. `airlock bootstrap` creates tables, indexes, TTL attributes, queues
+//! and the signing key from it (see [`bootstrap`](super::bootstrap)), and the tests below
+//! check it against what the code expects ([`shapes`](super::shapes)): keys, indexes, TTL
+//! attributes, queues, the key, and the environment of every function.
+//!
+//! CloudFormation's short-form tags (`!Ref`, `!Sub`, `!GetAtt`, `!If`, ...) and their long
+//! forms (`Ref:`, `Fn::Sub:`, ...) are both understood, as far as this module needs them.
+
+use std::collections::BTreeMap;
+
+use serde_yaml::{Mapping, Value};
+
+/// The template, embedded at compile time.
+pub const TEMPLATE: &str = include_str!("../../../../infra/template.yaml");
+
+/// A DynamoDB attribute type in a key schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrType {
+    S,
+    N,
+    B,
+}
+
+/// Partition and optional sort key attribute names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySchema {
+    pub partition: String,
+    pub sort: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexDef {
+    pub name: String,
+    pub key: KeySchema,
+    /// `ALL`, `KEYS_ONLY` or `INCLUDE`.
+    pub projection: String,
+}
+
+/// An `AWS::DynamoDB::Table`.
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    pub logical_id: String,
+    /// `TableName` as written: a literal or a `!Sub` pattern.
+    pub name_pattern: Option<String>,
+    pub attributes: Vec<(String, AttrType)>,
+    pub key: KeySchema,
+    pub indexes: Vec<IndexDef>,
+    /// The TTL attribute, when TTL is enabled.
+    pub ttl: Option<String>,
+    pub billing_mode: Option<String>,
+    pub point_in_time_recovery: bool,
+}
+
+impl TableDef {
+    pub fn attr_type(&self, name: &str) -> Option<AttrType> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| *t)
+    }
+
+    pub fn index(&self, name: &str) -> Option<&IndexDef> {
+        self.indexes.iter().find(|i| i.name == name)
+    }
+}
+
+/// A queue's `RedrivePolicy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redrive {
+    /// Logical id of the dead-letter queue.
+    pub dead_letter: String,
+    pub max_receive_count: u32,
+}
+
+/// An `AWS::SQS::Queue`.
+#[derive(Debug, Clone)]
+pub struct QueueDef {
+    pub logical_id: String,
+    /// `QueueName` as written: a literal or a `!Sub` pattern.
+    pub name_pattern: Option<String>,
+    pub fifo: bool,
+    pub content_based_deduplication: bool,
+    pub visibility_timeout_s: Option<u32>,
+    pub retention_s: Option<u32>,
+    pub redrive: Option<Redrive>,
+}
+
+/// An `AWS::KMS::Key`.
+#[derive(Debug, Clone)]
+pub struct KeyDef {
+    pub logical_id: String,
+    pub key_spec: String,
+    pub key_usage: String,
+}
+
+/// An event that invokes a function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventDef {
+    Api { method: String, path: String },
+    Sqs { queue: String },
+    Schedule,
+    Other(String),
+}
+
+/// An `AWS::Serverless::Function`, with `Globals.Function` applied.
+#[derive(Debug, Clone)]
+pub struct FunctionDef {
+    pub logical_id: String,
+    pub build_method: Option<String>,
+    /// `Metadata.BuildProperties.Binary`: the workspace binary to build.
+    pub binary: Option<String>,
+    pub runtime: Option<String>,
+    pub handler: Option<String>,
+    pub architectures: Vec<String>,
+    pub timeout_s: Option<u32>,
+    /// Environment variables (globals, then the function's own), values as written.
+    pub env: BTreeMap<String, Value>,
+    pub events: Vec<EventDef>,
+}
+
+/// What the template declares, in declaration order.
+#[derive(Debug, Clone, Default)]
+pub struct Template {
+    pub tables: Vec<TableDef>,
+    pub queues: Vec<QueueDef>,
+    pub keys: Vec<KeyDef>,
+    /// `AliasName` of each `AWS::KMS::Alias`, as written.
+    pub key_aliases: Vec<String>,
+    pub functions: Vec<FunctionDef>,
+}
+
+impl Template {
+    pub fn table(&self, logical_id: &str) -> Option<&TableDef> {
+        self.tables.iter().find(|t| t.logical_id == logical_id)
+    }
+
+    pub fn queue(&self, logical_id: &str) -> Option<&QueueDef> {
+        self.queues.iter().find(|q| q.logical_id == logical_id)
+    }
+
+    pub fn function(&self, logical_id: &str) -> Option<&FunctionDef> {
+        self.functions.iter().find(|f| f.logical_id == logical_id)
+    }
+}
+
+/// The embedded template, parsed.
+pub fn embedded() -> Result<Template, String> {
+    parse(TEMPLATE)
+}
+
+/// An intrinsic function, short (`!Sub x`) or long (`Fn::Sub: x`, `Ref: x`) form: its name
+/// without `!`/`Fn::`, and its argument.
+pub fn intrinsic(v: &Value) -> Option<(String, &Value)> {
+    match v {
+        Value::Tagged(t) => Some((
+            t.tag.to_string().trim_start_matches('!').to_string(),
+            &t.value,
+        )),
+        Value::Mapping(m) if m.len() == 1 => {
+            let (k, arg) = m.iter().next()?;
+            let k = k.as_str()?;
+            if k == "Ref" {
+                Some(("Ref".into(), arg))
+            } else {
+                k.strip_prefix("Fn::").map(|n| (n.to_string(), arg))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The logical id a value refers to: `!Ref X`, `!GetAtt X.Attr` or `!GetAtt [X, Attr]`.
+pub fn referenced_id(v: &Value) -> Option<String> {
+    let (name, arg) = intrinsic(v)?;
+    match name.as_str() {
+        "Ref" => arg.as_str().map(String::from),
+        "GetAtt" => match arg {
+            Value::String(s) => s.split('.').next().map(String::from),
+            Value::Sequence(seq) => seq.first()?.as_str().map(String::from),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A literal string, or the pattern of `!Sub "pattern"` (or `!Sub [pattern, vars]`).
+pub fn string_or_sub(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        _ => match intrinsic(v)? {
+            (n, Value::String(s)) if n == "Sub" => Some(s.clone()),
+            (n, Value::Sequence(seq)) if n == "Sub" => seq.first()?.as_str().map(String::from),
+            _ => None,
+        },
+    }
+}
+
+fn field<'a>(m: &'a Value, key: &str) -> Option<&'a Value> {
+    m.as_mapping()?.get(key)
+}
+
+fn text(m: &Value, key: &str) -> Option<String> {
+    match field(m, key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn number(m: &Value, key: &str) -> Result<Option<u32>, String> {
+    match field(m, key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| format!("{key}: not a small whole number")),
+        Some(Value::String(s)) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{key}: not a number: {s:?}")),
+        Some(_) => Err(format!("{key}: a literal number is expected")),
+    }
+}
+
+fn flag(m: &Value, key: &str) -> Result<bool, String> {
+    match field(m, key) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) if s == "true" || s == "false" => Ok(s == "true"),
+        Some(_) => Err(format!("{key}: a literal true or false is expected")),
+    }
+}
+
+fn seq<'a>(m: &'a Value, key: &str) -> &'a [Value] {
+    field(m, key)
+        .and_then(Value::as_sequence)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+fn key_schema(items: &[Value], ctx: &str) -> Result<KeySchema, String> {
+    let mut partition = None;
+    let mut sort = None;
+    for k in items {
+        let name = text(k, "AttributeName").ok_or(format!("{ctx}: AttributeName"))?;
+        match text(k, "KeyType").as_deref() {
+            Some("HASH") => partition = Some(name),
+            Some("RANGE") => sort = Some(name),
+            other => return Err(format!("{ctx}: KeyType {other:?}")),
+        }
+    }
+    Ok(KeySchema {
+        partition: partition.ok_or(format!("{ctx}: no HASH key"))?,
+        sort,
+    })
+}
+
+fn table(id: &str, p: &Value) -> Result<TableDef, String> {
+    let ctx = |what: &str| format!("{id}.{what}");
+    let mut attributes = Vec::new();
+    for a in seq(p, "AttributeDefinitions") {
+        let name = text(a, "AttributeName").ok_or(ctx("AttributeDefinitions"))?;
+        let kind = match text(a, "AttributeType").as_deref() {
+            Some("S") => AttrType::S,
+            Some("N") => AttrType::N,
+            Some("B") => AttrType::B,
+            other => return Err(format!("{id}: attribute {name}: type {other:?}")),
+        };
+        attributes.push((name, kind));
+    }
+    let mut indexes = Vec::new();
+    for ix in seq(p, "GlobalSecondaryIndexes") {
+        let name = text(ix, "IndexName").ok_or(ctx("GlobalSecondaryIndexes"))?;
+        indexes.push(IndexDef {
+            key: key_schema(seq(ix, "KeySchema"), &ctx(&name))?,
+            projection: field(ix, "Projection")
+                .and_then(|pr| text(pr, "ProjectionType"))
+                .unwrap_or_else(|| "KEYS_ONLY".into()),
+            name,
+        });
+    }
+    let ttl = match field(p, "TimeToLiveSpecification") {
+        Some(t) if flag(t, "Enabled")? => text(t, "AttributeName"),
+        _ => None,
+    };
+    Ok(TableDef {
+        logical_id: id.to_string(),
+        name_pattern: field(p, "TableName").and_then(string_or_sub),
+        key: key_schema(seq(p, "KeySchema"), &ctx("KeySchema"))?,
+        attributes,
+        indexes,
+        ttl,
+        billing_mode: text(p, "BillingMode"),
+        point_in_time_recovery: match field(p, "PointInTimeRecoverySpecification") {
+            Some(s) => flag(s, "PointInTimeRecoveryEnabled")?,
+            None => false,
+        },
+    })
+}
+
+fn queue(id: &str, p: &Value) -> Result<QueueDef, String> {
+    let redrive = match field(p, "RedrivePolicy") {
+        None => None,
+        Some(r) => Some(Redrive {
+            dead_letter: field(r, "deadLetterTargetArn")
+                .and_then(referenced_id)
+                .ok_or(format!(
+                    "{id}.RedrivePolicy.deadLetterTargetArn: expected !GetAtt <queue>.Arn"
+                ))?,
+            max_receive_count: number(r, "maxReceiveCount")
+                .map_err(|e| format!("{id}.RedrivePolicy.{e}"))?
+                .ok_or(format!("{id}.RedrivePolicy: no maxReceiveCount"))?,
+        }),
+    };
+    Ok(QueueDef {
+        logical_id: id.to_string(),
+        name_pattern: field(p, "QueueName").and_then(string_or_sub),
+        fifo: flag(p, "FifoQueue").map_err(|e| format!("{id}.{e}"))?,
+        content_based_deduplication: flag(p, "ContentBasedDeduplication")
+            .map_err(|e| format!("{id}.{e}"))?,
+        visibility_timeout_s: number(p, "VisibilityTimeout").map_err(|e| format!("{id}.{e}"))?,
+        retention_s: number(p, "MessageRetentionPeriod").map_err(|e| format!("{id}.{e}"))?,
+        redrive,
+    })
+}
+
+fn env_of(props: Option<&Value>) -> BTreeMap<String, Value> {
+    props
+        .and_then(|p| field(p, "Environment"))
+        .and_then(|e| field(e, "Variables"))
+        .and_then(Value::as_mapping)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.clone())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn event(e: &Value) -> EventDef {
+    let p = field(e, "Properties");
+    match text(e, "Type").as_deref() {
+        Some("Api") => EventDef::Api {
+            method: p
+                .and_then(|p| text(p, "Method"))
+                .unwrap_or_default()
+                .to_uppercase(),
+            path: p.and_then(|p| text(p, "Path")).unwrap_or_default(),
+        },
+        Some("SQS") => EventDef::Sqs {
+            queue: p
+                .and_then(|p| field(p, "Queue"))
+                .and_then(referenced_id)
+                .unwrap_or_default(),
+        },
+        Some("Schedule") | Some("ScheduleV2") => EventDef::Schedule,
+        other => EventDef::Other(other.unwrap_or_default().to_string()),
+    }
+}
+
+fn function(id: &str, res: &Value, globals: Option<&Value>) -> Result<FunctionDef, String> {
+    let p = field(res, "Properties");
+    let pick = |key: &str| {
+        p.and_then(|p| text(p, key))
+            .or_else(|| globals.and_then(|g| text(g, key)))
+    };
+    let mut env = env_of(globals);
+    env.extend(env_of(p));
+    let architectures = p
+        .and_then(|p| field(p, "Architectures"))
+        .or_else(|| globals.and_then(|g| field(g, "Architectures")))
+        .and_then(Value::as_sequence)
+        .map(|s| {
+            s.iter()
+                .filter_map(|a| a.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let timeout_s = match p.and_then(|p| field(p, "Timeout")) {
+        Some(_) => number(p.unwrap_or(&Value::Null), "Timeout"),
+        None => number(globals.unwrap_or(&Value::Null), "Timeout"),
+    }
+    .map_err(|e| format!("{id}.{e}"))?;
+    let events = p
+        .and_then(|p| field(p, "Events"))
+        .and_then(Value::as_mapping)
+        .map(|m| m.values().map(event).collect())
+        .unwrap_or_default();
+    let meta = field(res, "Metadata");
+    Ok(FunctionDef {
+        logical_id: id.to_string(),
+        build_method: meta.and_then(|m| text(m, "BuildMethod")),
+        binary: meta
+            .and_then(|m| field(m, "BuildProperties"))
+            .and_then(|b| text(b, "Binary")),
+        runtime: pick("Runtime"),
+        handler: pick("Handler"),
+        architectures,
+        timeout_s,
+        env,
+        events,
+    })
+}
+
+/// Parses a SAM template's resources.
+pub fn parse(yaml: &str) -> Result<Template, String> {
+    let doc: Value =
+        serde_yaml::from_str(yaml).map_err(|e| format!("infra/template.yaml: {e}"))?;
+    let resources: &Mapping = field(&doc, "Resources")
+        .and_then(Value::as_mapping)
+        .ok_or("infra/template.yaml: no Resources")?;
+    let globals = field(&doc, "Globals").and_then(|g| field(g, "Function"));
+    let mut t = Template::default();
+    for (id, res) in resources {
+        let id = id.as_str().ok_or("infra/template.yaml: a non-string logical id")?;
+        let props = field(res, "Properties").unwrap_or(&Value::Null);
+        let wrap = |e: String| format!("infra/template.yaml: {e}");
+        match text(res, "Type").as_deref() {
+            Some("AWS::DynamoDB::Table") => t.tables.push(table(id, props).map_err(wrap)?),
+            Some("AWS::SQS::Queue") => t.queues.push(queue(id, props).map_err(wrap)?),
+            Some("AWS::KMS::Key") => t.keys.push(KeyDef {
+                logical_id: id.to_string(),
+                key_spec: text(props, "KeySpec").unwrap_or_else(|| "SYMMETRIC_DEFAULT".into()),
+                key_usage: text(props, "KeyUsage").unwrap_or_else(|| "ENCRYPT_DECRYPT".into()),
+            }),
+            Some("AWS::KMS::Alias") => {
+                if let Some(name) = field(props, "AliasName").and_then(string_or_sub) {
+                    t.key_aliases.push(name);
+                }
+            }
+            Some("AWS::Serverless::Function") => {
+                t.functions
+                    .push(function(id, res, globals).map_err(wrap)?);
+            }
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The shape test: the template against the code's expectations. Each check returns the
+    //! problems it finds, so the last test can prove that drift is caught.
+
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::*;
+    use crate::adapters::aws::shapes;
+
+    const PREFIX: &str = "${ResourcePrefix}";
+
+    /// Records a problem unless `cond` holds.
+    macro_rules! check {
+        ($out:expr, $cond:expr, $($msg:tt)+) => {
+            if !$cond {
+                $out.push(format!($($msg)+));
+            }
+        };
+    }
+
+    fn tpl() -> Template {
+        embedded().expect("infra/template.yaml parses")
+    }
+
+    fn ref_to(v: Option<&Value>) -> Option<String> {
+        v.and_then(referenced_id)
+    }
+
+    fn table_problems(t: &Template) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in shapes::TABLES {
+            let id = s.logical_id;
+            let Some(d) = t.table(id) else {
+                out.push(format!("template has no table {id}"));
+                continue;
+            };
+            check!(
+                out,
+                d.name_pattern.as_deref() == Some(format!("{PREFIX}{}", s.default_name).as_str()),
+                "{id}: TableName must be ResourcePrefix + {:?}, is {:?}",
+                s.default_name,
+                d.name_pattern
+            );
+            check!(out, d.key.partition == s.partition, "{id}: partition key {}", d.key.partition);
+            check!(out, d.key.sort.as_deref() == s.sort, "{id}: sort key {:?}", d.key.sort);
+            // The code writes every table key as a string.
+            for k in [Some(s.partition), s.sort].into_iter().flatten() {
+                check!(out, d.attr_type(k) == Some(AttrType::S), "{id}: {k} must be S");
+            }
+            let want: BTreeSet<&str> = s.indexes.iter().map(|i| i.name).collect();
+            let have: BTreeSet<&str> = d.indexes.iter().map(|i| i.name.as_str()).collect();
+            check!(out, have == want, "{id}: indexes {have:?}, the code uses {want:?}");
+            for ix in s.indexes {
+                let Some(di) = d.index(ix.name) else { continue };
+                let n = ix.name;
+                check!(out, di.key.partition == ix.partition, "{id}.{n}: partition key");
+                check!(out, di.key.sort.as_deref() == Some(ix.sort), "{id}.{n}: sort key");
+                check!(out, d.attr_type(ix.partition) == Some(AttrType::S), "{id}.{n}: type");
+                let sort_type = if ix.sort_is_number {
+                    AttrType::N
+                } else {
+                    AttrType::S
+                };
+                check!(out, d.attr_type(ix.sort) == Some(sort_type), "{id}.{n}: sort type");
+                // Index queries read whole items (the `body` attribute).
+                check!(out, di.projection == "ALL", "{id}.{n}: projection must be ALL");
+            }
+            // Exactly the key attributes: CloudFormation rejects unused definitions, and
+            // every key the code uses must be defined.
+            let mut keys: BTreeSet<&str> = [s.partition].into_iter().chain(s.sort).collect();
+            for ix in s.indexes {
+                keys.insert(ix.partition);
+                keys.insert(ix.sort);
+            }
+            let defined: BTreeSet<&str> = d.attributes.iter().map(|(n, _)| n.as_str()).collect();
+            check!(out, defined == keys, "{id}: AttributeDefinitions {defined:?}, keys {keys:?}");
+            check!(out, d.ttl.as_deref() == s.ttl, "{id}: TTL {:?}, code uses {:?}", d.ttl, s.ttl);
+            check!(
+                out,
+                d.billing_mode.as_deref() == Some("PAY_PER_REQUEST"),
+                "{id}: on-demand billing"
+            );
+            check!(out, d.point_in_time_recovery, "{id}: point-in-time recovery");
+        }
+        for d in &t.tables {
+            check!(
+                out,
+                shapes::TABLES.iter().any(|s| s.logical_id == d.logical_id),
+                "template table {} is unknown to shapes.rs",
+                d.logical_id
+            );
+        }
+        out
+    }
+
+    fn queue_problems(t: &Template) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut dead_letters = BTreeSet::new();
+        for s in shapes::QUEUES {
+            let id = s.logical_id;
+            let Some(q) = t.queue(id) else {
+                out.push(format!("template has no queue {id}"));
+                continue;
+            };
+            check!(
+                out,
+                q.name_pattern.as_deref() == Some(format!("{PREFIX}{}", s.default_name).as_str()),
+                "{id}: QueueName {:?}",
+                q.name_pattern
+            );
+            check!(out, q.fifo == s.fifo, "{id}: FifoQueue must be {}", s.fifo);
+            // The code sets the deduplication id (the action id) itself.
+            check!(out, !q.content_based_deduplication, "{id}: ContentBasedDeduplication");
+            let Some(r) = &q.redrive else {
+                out.push(format!("{id}: no RedrivePolicy"));
+                continue;
+            };
+            check!(
+                out,
+                r.max_receive_count == s.max_receive_count
+                    && r.max_receive_count == crate::worker::consumer::MAX_RECEIVES,
+                "{id}: maxReceiveCount {} (the workers treat receive {} as the last)",
+                r.max_receive_count,
+                crate::worker::consumer::MAX_RECEIVES
+            );
+            dead_letters.insert(r.dead_letter.clone());
+            match t.queue(&r.dead_letter) {
+                None => out.push(format!("{id}: no dead-letter queue {}", r.dead_letter)),
+                Some(dlq) => {
+                    let d = &dlq.logical_id;
+                    check!(
+                        out,
+                        dlq.name_pattern.as_deref()
+                            == Some(format!("{PREFIX}{}", s.dead_letter_name).as_str()),
+                        "{d}: QueueName {:?}",
+                        dlq.name_pattern
+                    );
+                    check!(out, dlq.fifo == s.fifo, "{d}: a FIFO queue needs a FIFO DLQ");
+                    check!(out, dlq.redrive.is_none(), "{d}: a DLQ has no DLQ");
+                }
+            }
+            // Lambda refuses an SQS trigger whose visibility timeout is below the function's
+            // timeout.
+            for f in &t.functions {
+                let consumes = f
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, EventDef::Sqs { queue } if queue == id));
+                check!(
+                    out,
+                    !consumes || q.visibility_timeout_s.unwrap_or(30) >= f.timeout_s.unwrap_or(3),
+                    "{id}: VisibilityTimeout below {}'s Timeout",
+                    f.logical_id
+                );
+            }
+        }
+        for q in &t.queues {
+            check!(
+                out,
+                shapes::QUEUES.iter().any(|s| s.logical_id == q.logical_id)
+                    || dead_letters.contains(&q.logical_id),
+                "template queue {} is unknown to shapes.rs",
+                q.logical_id
+            );
+        }
+        out
+    }
+
+    fn key_problems(t: &Template) -> Vec<String> {
+        let mut out = Vec::new();
+        check!(out, !t.keys.is_empty(), "template has no KMS key");
+        for k in &t.keys {
+            check!(out, k.key_spec == "ECC_NIST_P256", "{}: KeySpec", k.logical_id);
+            check!(out, k.key_usage == "SIGN_VERIFY", "{}: KeyUsage", k.logical_id);
+        }
+        let alias = format!("alias/{PREFIX}{}", shapes::SIGNING_ALIAS_NAME);
+        check!(out, t.key_aliases == vec![alias.clone()], "key aliases {:?}, want {alias}", t.key_aliases);
+        out
+    }
+
+    /// `AIRLOCK_*` variables the template sets that the code does not read yet.
+    const NOT_READ_YET: &[&str] = &["AIRLOCK_SERVICE_JWKS_URL", "AIRLOCK_OPERATOR_JWKS_URL"];
+
+    fn environment_problems(t: &Template) -> Vec<String> {
+        let mut out = Vec::new();
+        let code = [
+            include_str!("../../config.rs"),
+            include_str!("../../app.rs"),
+            include_str!("shapes.rs"),
+        ]
+        .concat();
+        for f in &t.functions {
+            let id = &f.logical_id;
+            // Aws::connect resolves every name at cold start: every function needs them all.
+            for s in shapes::TABLES {
+                check!(
+                    out,
+                    ref_to(f.env.get(s.env)).as_deref() == Some(s.logical_id),
+                    "{id}: {} must be !Ref {}",
+                    s.env,
+                    s.logical_id
+                );
+            }
+            for q in shapes::QUEUES {
+                check!(
+                    out,
+                    ref_to(f.env.get(q.env)).as_deref() == Some(q.logical_id),
+                    "{id}: {} must be !Ref {} (a queue's Ref is its URL)",
+                    q.env,
+                    q.logical_id
+                );
+            }
+            let key = f
+                .env
+                .get(shapes::SIGNING_KEY_ENV)
+                .and_then(|k| serde_yaml::to_string(k).ok())
+                .unwrap_or_default();
+            check!(
+                out,
+                t.keys.iter().any(|k| key.contains(&k.logical_id)),
+                "{id}: {} must name the template's key",
+                shapes::SIGNING_KEY_ENV
+            );
+            check!(
+                out,
+                f.env.get("AIRLOCK_BACKEND").and_then(Value::as_str) == Some("aws"),
+                "{id}: AIRLOCK_BACKEND must be aws"
+            );
+            check!(out, f.env.contains_key("AIRLOCK_CURSOR_KEY"), "{id}: AIRLOCK_CURSOR_KEY");
+            check!(
+                out,
+                f.env
+                    .get("AIRLOCK_STATE_DIR")
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| d.starts_with("/tmp/")),
+                "{id}: AIRLOCK_STATE_DIR must be writable in Lambda (under /tmp)"
+            );
+            if f.events.iter().any(|e| matches!(e, EventDef::Api { .. })) {
+                let ignore = f.env.get("AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH");
+                check!(
+                    out,
+                    matches!(ignore, Some(Value::String(s)) if s == "true")
+                        || matches!(ignore, Some(Value::Bool(true))),
+                    "{id}: without AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH=true every route 404s"
+                );
+            }
+            for name in f.env.keys().filter(|n| n.starts_with("AIRLOCK_")) {
+                check!(
+                    out,
+                    code.contains(&format!("\"{name}\"")) || NOT_READ_YET.contains(&name.as_str()),
+                    "{id}: {name} is set but the code never reads it"
+                );
+            }
+        }
+        out
+    }
+
+    fn function_problems(t: &Template) -> Vec<String> {
+        use crate::http::api;
+        let mut out = Vec::new();
+        let route = |m: &str, p: &str| EventDef::Api {
+            method: m.into(),
+            path: api(p),
+        };
+        let expected: Vec<(&str, EventDef)> = vec![
+            ("accounts", route("GET", "/accounts")),
+            ("positions", route("GET", "/positions")),
+            ("orders", route("GET", "/orders")),
+            ("jobs", route("GET", "/jobs")),
+            ("action-status", route("GET", "/actions/{action_id}")),
+            ("plan", route("POST", "/actions/plan")),
+            ("execute", route("POST", "/actions/execute")),
+            (
+                "worker-orders",
+                EventDef::Sqs {
+                    queue: shapes::ORDERS_QUEUE.logical_id.into(),
+                },
+            ),
+            (
+                "worker-jobs",
+                EventDef::Sqs {
+                    queue: shapes::JOBS_QUEUE.logical_id.into(),
+                },
+            ),
+            ("sweeper", EventDef::Schedule),
+        ];
+        let functions_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../functions");
+        let mut crates: BTreeSet<String> = std::fs::read_dir(&functions_dir)
+            .expect("functions/")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join("Cargo.toml").exists())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        crates.remove("local"); // the `airlock` command line, not a Lambda
+        let mut built = BTreeSet::new();
+        for f in &t.functions {
+            let id = &f.logical_id;
+            check!(
+                out,
+                f.build_method.as_deref() == Some("rust-cargolambda"),
+                "{id}: BuildMethod"
+            );
+            check!(out, f.runtime.as_deref() == Some("provided.al2023"), "{id}: Runtime");
+            check!(out, f.handler.as_deref() == Some("bootstrap"), "{id}: Handler");
+            check!(out, f.architectures == ["arm64"], "{id}: Architectures");
+            let Some(bin) = f.binary.clone() else {
+                out.push(format!("{id}: no BuildProperties.Binary"));
+                continue;
+            };
+            check!(out, crates.contains(&bin), "{id}: no crate functions/{bin}");
+            match expected.iter().find(|(b, _)| *b == bin) {
+                None => out.push(format!("{id}: no expected trigger for {bin}")),
+                Some((_, want)) => check!(
+                    out,
+                    f.events == [want.clone()],
+                    "{id}: events {:?}, want {want:?}",
+                    f.events
+                ),
+            }
+            check!(out, built.insert(bin.clone()), "{bin} is built twice");
+        }
+        check!(
+            out,
+            built == crates,
+            "template functions build {built:?}, function crates are {crates:?}"
+        );
+        out
+    }
+
+    fn all_problems(t: &Template) -> Vec<String> {
+        [
+            table_problems(t),
+            queue_problems(t),
+            key_problems(t),
+            environment_problems(t),
+            function_problems(t),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn every_table_has_the_keys_indexes_and_ttl_the_code_uses() {
+        assert_eq!(table_problems(&tpl()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_queue_has_its_dead_letter_queue_and_redrive() {
+        assert_eq!(queue_problems(&tpl()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_signing_key_is_p256_for_signing_with_the_alias_the_code_uses() {
+        assert_eq!(key_problems(&tpl()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_function_gets_the_environment_the_code_reads() {
+        assert_eq!(environment_problems(&tpl()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_function_crate_is_built_for_lambda_and_wired_to_its_trigger() {
+        assert_eq!(function_problems(&tpl()), Vec::<String>::new());
+    }
+
+    /// Each edit makes the template disagree with the code; the checks must say so.
+    #[test]
+    fn the_checks_catch_drift() {
+        let edits: &[(&str, &str)] = &[
+            ("AttributeName: ttl, Enabled: true }\n      PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true }\n      DeletionProtectionEnabled: true\n\n  IdempotencyTable",
+             "AttributeName: expires, Enabled: true }\n      PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true }\n      DeletionProtectionEnabled: true\n\n  IdempotencyTable"),
+            ("- { AttributeName: created_at, AttributeType: N }", "- { AttributeName: created_at, AttributeType: S }"),
+            ("IndexName: by_account", "IndexName: by_acct"),
+            ("{ AttributeName: symbol, KeyType: RANGE }", "{ AttributeName: symbol, KeyType: HASH }"),
+            ("\"${ResourcePrefix}airlock-audit\"", "\"${ResourcePrefix}airlock-audits\""),
+            ("maxReceiveCount: 5", "maxReceiveCount: 3"),
+            ("airlock-orders-dlq.fifo\"\n      FifoQueue: true", "airlock-orders-dlq.fifo\"\n      FifoQueue: false"),
+            ("KeySpec: ECC_NIST_P256", "KeySpec: ECC_SECG_P256K1"),
+            ("AIRLOCK_JOBS_TABLE: !Ref JobsTable", "AIRLOCK_JOBS_TABLE: !Ref OrdersTable"),
+            ("AIRLOCK_EXECUTE_RATE_PER_MINUTE:", "AIRLOCK_EXECUTE_RATE_PER_MIN:"),
+            ("Binary: worker-jobs", "Binary: worker-job"),
+            ("Path: /api/internal/v1/mastra/actions/plan", "Path: /api/internal/v1/mastra/plan"),
+            ("Architectures: [arm64]", "Architectures: [x86_64]"),
+        ];
+        assert_eq!(all_problems(&tpl()), Vec::<String>::new());
+        for (from, to) in edits {
+            assert!(TEMPLATE.contains(from), "the edit target is gone: {from:?}");
+            let t = parse(&TEMPLATE.replacen(from, to, 1)).expect("edited template parses");
+            assert!(!all_problems(&t).is_empty(), "no check noticed {from:?} -> {to:?}");
+        }
+        // And one function losing the stage setting.
+        let once = "          AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH: \"true\"\n";
+        let t = parse(&TEMPLATE.replacen(once, "", 1)).unwrap();
+        assert!(!environment_problems(&t).is_empty());
+    }
+
+    #[test]
+    fn intrinsics_in_both_forms() {
+        let v: Value = serde_yaml::from_str(
+            "a: !GetAtt Q.Arn\nb: {Ref: X}\nc: !Sub 'x-${P}'\nd: {'Fn::GetAtt': [Y, Arn]}",
+        )
+        .unwrap();
+        assert_eq!(field(&v, "a").and_then(referenced_id).as_deref(), Some("Q"));
+        assert_eq!(field(&v, "b").and_then(referenced_id).as_deref(), Some("X"));
+        assert_eq!(field(&v, "c").and_then(string_or_sub).as_deref(), Some("x-${P}"));
+        assert_eq!(field(&v, "d").and_then(referenced_id).as_deref(), Some("Y"));
+    }
+}
