@@ -100,6 +100,22 @@ pub fn dev_issuer(cfg: &Config) -> Result<DevIssuer, String> {
     DevIssuer::new(&key)
 }
 
+/// The role table: `AIRLOCK_ROLES_FILE` (a file) or `AIRLOCK_ROLES` (the text itself), one
+/// role per line as `name: [inherits parent,] permission, ..., [all_desks]`; the contract's
+/// `viewer < trader < head_trader < admin` when neither is set.
+pub fn role_table() -> Result<RoleTable, String> {
+    let text = match (
+        std::env::var("AIRLOCK_ROLES_FILE"),
+        std::env::var("AIRLOCK_ROLES"),
+    ) {
+        (Ok(path), _) if !path.trim().is_empty() => std::fs::read_to_string(path.trim())
+            .map_err(|e| format!("configuration: AIRLOCK_ROLES_FILE: {path}: {e}"))?,
+        (_, Ok(text)) if !text.trim().is_empty() => text,
+        _ => return Ok(RoleTable::default()),
+    };
+    RoleTable::parse(&text).map_err(|e| format!("configuration: role table: {e}"))
+}
+
 /// Authenticator that accepts tokens of the local dev issuer.
 pub fn dev_authenticator(cfg: &Config) -> Result<Authenticator, String> {
     let issuer = dev_issuer(cfg)?;
@@ -108,7 +124,7 @@ pub fn dev_authenticator(cfg: &Config) -> Result<Authenticator, String> {
             .with_es256(DEV_ISSUER_KID, &issuer.public),
         operator: IssuerKeys::new(&cfg.operator_issuer, &cfg.operator_audience)
             .with_es256(DEV_ISSUER_KID, &issuer.public),
-        roles: RoleTable::default(),
+        roles: role_table()?,
         max_service_lifetime_s: cfg.max_service_token_lifetime_s as i64,
         skew_s: cfg.clock_skew_s as i64,
         verified_services: Default::default(),
