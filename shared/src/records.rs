@@ -361,7 +361,12 @@ mod tests {
     #[test]
     fn the_rate_window_slides_across_minute_buckets() {
         let t0 = 1_800_000_000_000 - 1_800_000_000_000 % RATE_WINDOW_MS;
-        let s = RateState { operator_id: "op".into(), bucket: t0, count: 20, previous: 0 };
+        let s = RateState {
+            operator_id: "op".into(),
+            bucket: t0,
+            count: 20,
+            previous: 0,
+        };
         assert_eq!(s.estimate(t0 + 10_000), 20.0);
         // Half-way through the next minute, half of the previous minute still counts.
         assert_eq!(s.estimate(t0 + 90_000), 10.0);
@@ -371,6 +376,9 @@ mod tests {
         assert!(inc.is_increment());
         let roll = s.next(t0 + 70_000, 25);
         assert!(!roll.is_increment());
-        assert_eq!((roll.bucket, roll.expected_bucket, roll.previous), (t0 + 60_000, t0, 20));
+        assert_eq!(
+            (roll.bucket, roll.expected_bucket, roll.previous),
+            (t0 + 60_000, t0, 20)
+        );
     }
 }
