@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite: what CI runs (.ci/run) and what the README calls "test it".
-# Installs the AWS emulator (moto) into .venv, builds the airlock binary with test-only
-# failpoints, then runs every test in debug: the end-to-end suite runs against the embedded
-# backend and, through moto, the AWS backend.
+# Installs the AWS emulator (moto) into .venv, lints the SAM template (scripts/infra-lint.sh),
+# builds the airlock binary with test-only failpoints, then runs every test in debug: the
+# end-to-end suite runs against the embedded backend and, through moto, the AWS backend.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 echo "== the AWS emulator (moto, into .venv)"
 scripts/emulator.sh
+
+echo "== the SAM template (cfn-lint, sam validate --lint; SAM CLI into .venv/sam)"
+scripts/infra-lint.sh
 
 echo "== fmt"
 cargo fmt --all -- --check

@@ -140,10 +140,12 @@ async fn ensure_queue(
     }
     let mut req = sqs.create_queue().queue_name(name);
     if q.fifo {
-        req = req.attributes(QueueAttributeName::FifoQueue, "true").attributes(
-            QueueAttributeName::ContentBasedDeduplication,
-            q.content_based_deduplication.to_string(),
-        );
+        req = req
+            .attributes(QueueAttributeName::FifoQueue, "true")
+            .attributes(
+                QueueAttributeName::ContentBasedDeduplication,
+                q.content_based_deduplication.to_string(),
+            );
     }
     if let Some(v) = q.visibility_timeout_s {
         req = req.attributes(QueueAttributeName::VisibilityTimeout, v.to_string());

@@ -407,15 +407,16 @@ fn function(id: &str, res: &Value, globals: Option<&Value>) -> Result<FunctionDe
 
 /// Parses a SAM template's resources.
 pub fn parse(yaml: &str) -> Result<Template, String> {
-    let doc: Value =
-        serde_yaml::from_str(yaml).map_err(|e| format!("infra/template.yaml: {e}"))?;
+    let doc: Value = serde_yaml::from_str(yaml).map_err(|e| format!("infra/template.yaml: {e}"))?;
     let resources: &Mapping = field(&doc, "Resources")
         .and_then(Value::as_mapping)
         .ok_or("infra/template.yaml: no Resources")?;
     let globals = field(&doc, "Globals").and_then(|g| field(g, "Function"));
     let mut t = Template::default();
     for (id, res) in resources {
-        let id = id.as_str().ok_or("infra/template.yaml: a non-string logical id")?;
+        let id = id
+            .as_str()
+            .ok_or("infra/template.yaml: a non-string logical id")?;
         let props = field(res, "Properties").unwrap_or(&Value::Null);
         let wrap = |e: String| format!("infra/template.yaml: {e}");
         match text(res, "Type").as_deref() {
@@ -432,8 +433,7 @@ pub fn parse(yaml: &str) -> Result<Template, String> {
                 }
             }
             Some("AWS::Serverless::Function") => {
-                t.functions
-                    .push(function(id, res, globals).map_err(wrap)?);
+                t.functions.push(function(id, res, globals).map_err(wrap)?);
             }
             _ => {}
         }
@@ -486,29 +486,67 @@ mod tests {
                 s.default_name,
                 d.name_pattern
             );
-            check!(out, d.key.partition == s.partition, "{id}: partition key {}", d.key.partition);
-            check!(out, d.key.sort.as_deref() == s.sort, "{id}: sort key {:?}", d.key.sort);
+            check!(
+                out,
+                d.key.partition == s.partition,
+                "{id}: partition key {}",
+                d.key.partition
+            );
+            check!(
+                out,
+                d.key.sort.as_deref() == s.sort,
+                "{id}: sort key {:?}",
+                d.key.sort
+            );
             // The code writes every table key as a string.
             for k in [Some(s.partition), s.sort].into_iter().flatten() {
-                check!(out, d.attr_type(k) == Some(AttrType::S), "{id}: {k} must be S");
+                check!(
+                    out,
+                    d.attr_type(k) == Some(AttrType::S),
+                    "{id}: {k} must be S"
+                );
             }
             let want: BTreeSet<&str> = s.indexes.iter().map(|i| i.name).collect();
             let have: BTreeSet<&str> = d.indexes.iter().map(|i| i.name.as_str()).collect();
-            check!(out, have == want, "{id}: indexes {have:?}, the code uses {want:?}");
+            check!(
+                out,
+                have == want,
+                "{id}: indexes {have:?}, the code uses {want:?}"
+            );
             for ix in s.indexes {
                 let Some(di) = d.index(ix.name) else { continue };
                 let n = ix.name;
-                check!(out, di.key.partition == ix.partition, "{id}.{n}: partition key");
-                check!(out, di.key.sort.as_deref() == Some(ix.sort), "{id}.{n}: sort key");
-                check!(out, d.attr_type(ix.partition) == Some(AttrType::S), "{id}.{n}: type");
+                check!(
+                    out,
+                    di.key.partition == ix.partition,
+                    "{id}.{n}: partition key"
+                );
+                check!(
+                    out,
+                    di.key.sort.as_deref() == Some(ix.sort),
+                    "{id}.{n}: sort key"
+                );
+                check!(
+                    out,
+                    d.attr_type(ix.partition) == Some(AttrType::S),
+                    "{id}.{n}: type"
+                );
                 let sort_type = if ix.sort_is_number {
                     AttrType::N
                 } else {
                     AttrType::S
                 };
-                check!(out, d.attr_type(ix.sort) == Some(sort_type), "{id}.{n}: sort type");
+                check!(
+                    out,
+                    d.attr_type(ix.sort) == Some(sort_type),
+                    "{id}.{n}: sort type"
+                );
                 // Index queries read whole items (the `body` attribute).
-                check!(out, di.projection == "ALL", "{id}.{n}: projection must be ALL");
+                check!(
+                    out,
+                    di.projection == "ALL",
+                    "{id}.{n}: projection must be ALL"
+                );
             }
             // Exactly the key attributes: CloudFormation rejects unused definitions, and
             // every key the code uses must be defined.
@@ -518,14 +556,28 @@ mod tests {
                 keys.insert(ix.sort);
             }
             let defined: BTreeSet<&str> = d.attributes.iter().map(|(n, _)| n.as_str()).collect();
-            check!(out, defined == keys, "{id}: AttributeDefinitions {defined:?}, keys {keys:?}");
-            check!(out, d.ttl.as_deref() == s.ttl, "{id}: TTL {:?}, code uses {:?}", d.ttl, s.ttl);
+            check!(
+                out,
+                defined == keys,
+                "{id}: AttributeDefinitions {defined:?}, keys {keys:?}"
+            );
+            check!(
+                out,
+                d.ttl.as_deref() == s.ttl,
+                "{id}: TTL {:?}, code uses {:?}",
+                d.ttl,
+                s.ttl
+            );
             check!(
                 out,
                 d.billing_mode.as_deref() == Some("PAY_PER_REQUEST"),
                 "{id}: on-demand billing"
             );
-            check!(out, d.point_in_time_recovery, "{id}: point-in-time recovery");
+            check!(
+                out,
+                d.point_in_time_recovery,
+                "{id}: point-in-time recovery"
+            );
         }
         for d in &t.tables {
             check!(
@@ -555,7 +607,11 @@ mod tests {
             );
             check!(out, q.fifo == s.fifo, "{id}: FifoQueue must be {}", s.fifo);
             // The code sets the deduplication id (the action id) itself.
-            check!(out, !q.content_based_deduplication, "{id}: ContentBasedDeduplication");
+            check!(
+                out,
+                !q.content_based_deduplication,
+                "{id}: ContentBasedDeduplication"
+            );
             let Some(r) = &q.redrive else {
                 out.push(format!("{id}: no RedrivePolicy"));
                 continue;
@@ -580,7 +636,11 @@ mod tests {
                         "{d}: QueueName {:?}",
                         dlq.name_pattern
                     );
-                    check!(out, dlq.fifo == s.fifo, "{d}: a FIFO queue needs a FIFO DLQ");
+                    check!(
+                        out,
+                        dlq.fifo == s.fifo,
+                        "{d}: a FIFO queue needs a FIFO DLQ"
+                    );
                     check!(out, dlq.redrive.is_none(), "{d}: a DLQ has no DLQ");
                 }
             }
@@ -615,11 +675,26 @@ mod tests {
         let mut out = Vec::new();
         check!(out, !t.keys.is_empty(), "template has no KMS key");
         for k in &t.keys {
-            check!(out, k.key_spec == "ECC_NIST_P256", "{}: KeySpec", k.logical_id);
-            check!(out, k.key_usage == "SIGN_VERIFY", "{}: KeyUsage", k.logical_id);
+            check!(
+                out,
+                k.key_spec == "ECC_NIST_P256",
+                "{}: KeySpec",
+                k.logical_id
+            );
+            check!(
+                out,
+                k.key_usage == "SIGN_VERIFY",
+                "{}: KeyUsage",
+                k.logical_id
+            );
         }
         let alias = format!("alias/{PREFIX}{}", shapes::SIGNING_ALIAS_NAME);
-        check!(out, t.key_aliases == vec![alias.clone()], "key aliases {:?}, want {alias}", t.key_aliases);
+        check!(
+            out,
+            t.key_aliases == vec![alias.clone()],
+            "key aliases {:?}, want {alias}",
+            t.key_aliases
+        );
         out
     }
 
@@ -671,7 +746,11 @@ mod tests {
                 f.env.get("AIRLOCK_BACKEND").and_then(Value::as_str) == Some("aws"),
                 "{id}: AIRLOCK_BACKEND must be aws"
             );
-            check!(out, f.env.contains_key("AIRLOCK_CURSOR_KEY"), "{id}: AIRLOCK_CURSOR_KEY");
+            check!(
+                out,
+                f.env.contains_key("AIRLOCK_CURSOR_KEY"),
+                "{id}: AIRLOCK_CURSOR_KEY"
+            );
             check!(
                 out,
                 f.env
@@ -745,8 +824,16 @@ mod tests {
                 f.build_method.as_deref() == Some("rust-cargolambda"),
                 "{id}: BuildMethod"
             );
-            check!(out, f.runtime.as_deref() == Some("provided.al2023"), "{id}: Runtime");
-            check!(out, f.handler.as_deref() == Some("bootstrap"), "{id}: Handler");
+            check!(
+                out,
+                f.runtime.as_deref() == Some("provided.al2023"),
+                "{id}: Runtime"
+            );
+            check!(
+                out,
+                f.handler.as_deref() == Some("bootstrap"),
+                "{id}: Handler"
+            );
             check!(out, f.architectures == ["arm64"], "{id}: Architectures");
             let Some(bin) = f.binary.clone() else {
                 out.push(format!("{id}: no BuildProperties.Binary"));
@@ -831,7 +918,10 @@ mod tests {
         for (from, to) in edits {
             assert!(TEMPLATE.contains(from), "the edit target is gone: {from:?}");
             let t = parse(&TEMPLATE.replacen(from, to, 1)).expect("edited template parses");
-            assert!(!all_problems(&t).is_empty(), "no check noticed {from:?} -> {to:?}");
+            assert!(
+                !all_problems(&t).is_empty(),
+                "no check noticed {from:?} -> {to:?}"
+            );
         }
         // And one function losing the stage setting.
         let once = "          AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH: \"true\"\n";
@@ -847,7 +937,10 @@ mod tests {
         .unwrap();
         assert_eq!(field(&v, "a").and_then(referenced_id).as_deref(), Some("Q"));
         assert_eq!(field(&v, "b").and_then(referenced_id).as_deref(), Some("X"));
-        assert_eq!(field(&v, "c").and_then(string_or_sub).as_deref(), Some("x-${P}"));
+        assert_eq!(
+            field(&v, "c").and_then(string_or_sub).as_deref(),
+            Some("x-${P}")
+        );
         assert_eq!(field(&v, "d").and_then(referenced_id).as_deref(), Some("Y"));
     }
 }
