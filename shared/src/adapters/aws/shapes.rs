@@ -252,7 +252,7 @@ impl QueueShape {
 
 /// The signing key: `AIRLOCK_SIGNING_KEY_ID`, else the prefixed default alias.
 pub fn signing_key() -> String {
-    from_env(SIGNING_KEY_ENV).unwrap_or_else(|| default_signing_alias())
+    from_env(SIGNING_KEY_ENV).unwrap_or_else(default_signing_alias)
 }
 
 /// The alias `airlock bootstrap` creates.
