@@ -42,8 +42,9 @@ use serde_json::{json, Value};
 
 const TRADER: &str = "op-energy-trader";
 /// The highest per-operator execute rate the config accepts (`AIRLOCK_EXECUTE_RATE_PER_MINUTE`
-/// is range-checked to 1..=10000; a larger value makes `serve` refuse to start).
-const MAX_RATE_PER_MINUTE: &str = "10000";
+/// is range-checked to 1..=1,000,000; a larger value makes `serve` refuse to start): no
+/// scenario here reaches it.
+const MAX_RATE_PER_MINUTE: &str = "1000000";
 
 // ---------------------------------------------------------------------------------------
 // Options and results
@@ -59,6 +60,15 @@ struct Opts {
     wait_idle: Duration,
     /// `AIRLOCK_WORKERS` for the `reads` and `pairs` servers.
     workers: String,
+    /// `workers`: orders queued with the workers off, then drained.
+    queued: usize,
+    /// `workers`: clients of the queueing phase and of the steady stream.
+    stream_clients: usize,
+    /// `workers`: measured length of the steady stream.
+    stream_secs: Duration,
+    /// `workers`: stream rates to run, plan+execute pairs per second over all clients;
+    /// 0 = closed loop (each client as fast as it can).
+    stream_rates: Vec<u64>,
 }
 
 struct Row {
@@ -1186,10 +1196,1112 @@ fn server_errors(state_dir: &Path) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
+// workers
+
+/// The (account, contract) pairs the worker scenarios rotate through: both energy accounts
+/// and three CL months. Each pair's buys and sells alternate, so its position stays within a
+/// contract or two of where it started, far inside the position limit (50).
+const COMBOS: [(&str, &str); 6] = [
+    ("ACC-1", "CLF27"),
+    ("ACC-2", "CLF27"),
+    ("ACC-1", "CLG27"),
+    ("ACC-2", "CLG27"),
+    ("ACC-1", "CLH27"),
+    ("ACC-2", "CLH27"),
+];
+
+fn order_body(sub: &str, account: &str, symbol: &str, side: &str) -> String {
+    json!({
+        "action_type": "order.submit.cl",
+        "payload": { "account_id": account, "symbol": symbol, "side": side, "quantity": 1, "order_type": "market" },
+        "requested_by": sub,
+        "chat_context": { "chat_session_id": "bench", "tool_call_id": "bench-call" }
+    })
+    .to_string()
+}
+
+/// A client acting as one operator.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    auth: String,
+    token: String,
+    sub: String,
+}
+
+impl Client {
+    fn new(s: &Server, service: &str, sub: &str, token: &str) -> Client {
+        Client {
+            http: http_client(),
+            base: format!("{}{BASE}", s.base),
+            auth: format!("Bearer {service}"),
+            token: token.into(),
+            sub: sub.into(),
+        }
+    }
+
+    async fn send(&self, rb: reqwest::RequestBuilder) -> (u16, String) {
+        let r = rb
+            .header("authorization", &self.auth)
+            .header("x-operator-token", &self.token)
+            .send()
+            .await;
+        match r {
+            Ok(r) => {
+                let st = r.status().as_u16();
+                (st, r.text().await.unwrap_or_default())
+            }
+            Err(e) => (0, e.to_string()),
+        }
+    }
+
+    async fn post(&self, path: &str, body: String) -> (u16, String) {
+        self.send(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(body),
+        )
+        .await
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        self.send(self.http.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    /// Plan and execute one market order; the action id, and the instant the execute
+    /// response was read in full.
+    async fn plan_execute(
+        &self,
+        account: &str,
+        symbol: &str,
+        side: &str,
+        key: &str,
+    ) -> Result<(String, Instant), String> {
+        let (st, text) = self
+            .post(
+                "/actions/plan",
+                order_body(&self.sub, account, symbol, side),
+            )
+            .await;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if st != 200 || v["executable"] != json!(true) {
+            return Err(format!("plan -> {st} {}", truncate(&text, 300)));
+        }
+        let exec = json!({
+            "plan_id": v["plan_id"],
+            "confirmation_token": v["confirmation_token"],
+            "idempotency_key": key,
+            "requested_by": self.sub,
+        })
+        .to_string();
+        let (st, text) = self.post("/actions/execute", exec).await;
+        let done = Instant::now();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        match (st, v["action_id"].as_str()) {
+            (202, Some(id)) => Ok((id.to_string(), done)),
+            _ => Err(format!("execute -> {st} {}", truncate(&text, 300))),
+        }
+    }
+}
+
+/// One trader per client (`op-bench-trader-NN`), tokens minted by the CLI.
+fn bench_traders(s: &Server, n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            let sub = format!("op-bench-trader-{i:02}");
+            let tok = s.operator_token(&sub, "trader", Some("energy"));
+            (sub, tok)
+        })
+        .collect()
+}
+
+/// A read-only connection to an embedded server's database (WAL: it never blocks the
+/// server's writer).
+fn db_read_only(state_dir: &Path) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open_with_flags(
+        state_dir.join("airlock.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .expect("open db read-only");
+    c.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    c
+}
+
+fn count(db: &rusqlite::Connection, sql: &str) -> i64 {
+    db.query_row(sql, [], |r| r.get(0)).unwrap_or(-1)
+}
+
+/// Action records by id: (status, created_at ms, updated_at ms), server clock.
+fn action_times(
+    db: &rusqlite::Connection,
+) -> std::collections::HashMap<String, (String, i64, i64)> {
+    let mut st = db
+        .prepare(
+            "SELECT action_id, json_extract(body, '$.status'), created_at, \
+             json_extract(body, '$.updated_at') FROM actions",
+        )
+        .expect("prepare");
+    st.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            (
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ),
+        ))
+    })
+    .expect("query")
+    .filter_map(Result::ok)
+    .collect()
+}
+
+fn ms_of(rfc3339: &str) -> i64 {
+    // AIRLOCK_NOW is a fixed `YYYY-MM-DDTHH:MM:SSZ`; its epoch ms via SQLite would need a
+    // connection, so compute it here for the one value used.
+    let c = rusqlite::Connection::open_in_memory().expect("sqlite");
+    c.query_row(
+        "SELECT CAST((julianday(?1) - 2440587.5) * 86400000 AS INTEGER)",
+        [rfc3339],
+        |r| r.get(0),
+    )
+    .expect("epoch ms")
+}
+
+/// Plans and executes `n` market orders with `clients` concurrent clients (one trader
+/// each), rotating through [`COMBOS`] with sides alternating per pair. Returns the action ids
+/// with their execute completion instants, and the errors.
+async fn queue_orders(
+    s: &Server,
+    service: &str,
+    traders: &[(String, String)],
+    n: usize,
+    tag: &str,
+) -> (Vec<(String, Instant)>, Errors) {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (sub, tok) in traders {
+        let c = Client::new(s, service, sub, tok);
+        let (next, tag) = (next.clone(), tag.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut errors = Errors::default();
+            loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if k >= n {
+                    break;
+                }
+                let (account, symbol) = COMBOS[k % COMBOS.len()];
+                let side = if (k / COMBOS.len()) % 2 == 0 {
+                    "buy"
+                } else {
+                    "sell"
+                };
+                match c
+                    .plan_execute(account, symbol, side, &format!("{tag}-{k}"))
+                    .await
+                {
+                    Ok(x) => out.push(x),
+                    Err(e) => {
+                        let kind = e.split(' ').take(3).collect::<Vec<_>>().join(" ");
+                        errors.add(kind, || e.clone())
+                    }
+                }
+            }
+            (out, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = Errors::default();
+    for t in tasks {
+        let (o, e) = t.await.expect("queue task");
+        all.extend(o);
+        errors.merge(e);
+    }
+    (all, errors)
+}
+
+/// Durations (ms) of consecutive `chunk`-sized groups of sorted instants (ms).
+fn chunk_rates(sorted_ms: &[i64], chunk: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + chunk <= sorted_ms.len() && chunk > 1 {
+        let (a, b) = (sorted_ms[i], sorted_ms[i + chunk - 1]);
+        let secs = ((b - a).max(1)) as f64 / 1000.0;
+        out.push(format!("{:.0}", (chunk - 1) as f64 / secs));
+        i += chunk;
+    }
+    out
+}
+
+async fn bench_workers(o: &Opts) -> Vec<Row> {
+    let b = "workers";
+    let mut rows = Vec::new();
+    let n = o.queued;
+    let market_open_ms = ms_of(MARKET_OPEN);
+
+    // 1. Queue n orders with the workers off.
+    eprintln!("== workers: queue {n} market orders with the workers off");
+    let env_off = [
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_WORKERS", "off"),
+    ];
+    let s = Server::start(&env_off);
+    let service = s.service_token();
+    let traders = bench_traders(&s, o.stream_clients);
+    let t = Instant::now();
+    let (executed, errors) = queue_orders(&s, &service, &traders, n, "queued").await;
+    let queued_in = t.elapsed();
+    errors.print_samples("queue");
+    let ours: std::collections::HashSet<String> =
+        executed.iter().map(|(id, _)| id.clone()).collect();
+    let db = db_read_only(&s.state_dir);
+    let ready = count(
+        &db,
+        "SELECT COUNT(*) FROM queue WHERE queue = 'worker:orders' AND status = 'ready'",
+    );
+    let filled_sql = "SELECT COUNT(*) FROM orders WHERE status = 'filled'";
+    let filled_before = count(&db, filled_sql);
+    drop(db);
+    rows.push(info(
+        b,
+        &format!(
+            "queue: {n} plan+execute with workers off, {} clients",
+            traders.len()
+        ),
+        format!(
+            "{} executes → 202 in {:.2} s; errors {}; {ready} messages ready on worker:orders",
+            executed.len(),
+            queued_in.as_secs_f64(),
+            errors.describe()
+        ),
+    ));
+
+    // 2. Restart the same state with the workers on; time until all n are filled.
+    eprintln!(
+        "  restart on the same state dir with AIRLOCK_WORKERS=on; waiting for {} fills",
+        executed.len()
+    );
+    wait_quiet(o.wait_idle);
+    let stack = s.crash();
+    let env_on = [
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_WORKERS", "on"),
+    ];
+    let t_spawn = Instant::now();
+    let s = stack.start(&env_on);
+    let t_listen = Instant::now();
+    let meter = CpuMeter::start(s.pid());
+    let db = db_read_only(&s.state_dir);
+    let target = executed.len() as i64;
+    let mut first_fill = None;
+    let mut polls = 0u64;
+    let all_filled = loop {
+        let done = count(&db, filled_sql) - filled_before;
+        if done > 0 && first_fill.is_none() {
+            first_fill = Some(Instant::now());
+        }
+        if done >= target {
+            break Some(Instant::now());
+        }
+        polls += 1;
+        if polls % 100 == 0 {
+            let failed = count(
+                &db,
+                "SELECT COUNT(*) FROM actions WHERE json_extract(body, '$.status') = 'failed'",
+            );
+            if failed > 0 {
+                eprintln!("  {failed} actions failed");
+            }
+        }
+        if t_spawn.elapsed() > Duration::from_secs(600) {
+            eprintln!("  gave up after 600 s with {done} of {target} filled");
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let cpu = meter.stop();
+    let wall = all_filled.map(|t| t - t_spawn);
+    // Server-side timeline: each order's fill time (`updated_at`) on the server clock, which
+    // started at AIRLOCK_NOW when the restarted process built its state.
+    let mut fills: Vec<i64> = {
+        let mut st = db
+            .prepare("SELECT action_id, updated_at FROM orders WHERE status = 'filled' AND action_id IS NOT NULL")
+            .expect("prepare");
+        st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .expect("query")
+            .filter_map(Result::ok)
+            .filter(|(a, _)| ours.contains(a))
+            .map(|(_, t)| t - market_open_ms)
+            .collect()
+    };
+    fills.sort_unstable();
+    let statuses: BTreeMap<String, usize> = action_times(&db)
+        .into_iter()
+        .filter(|(a, _)| ours.contains(a))
+        .fold(BTreeMap::new(), |mut m, (_, (st, _, _))| {
+            *m.entry(st).or_default() += 1;
+            m
+        });
+    let book: Vec<String> = {
+        let mut st = db
+            .prepare("SELECT key, LENGTH(doc) FROM paper_book ORDER BY key")
+            .expect("prepare");
+        st.query_map([], |r| {
+            Ok(format!(
+                "{} {} bytes",
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?
+            ))
+        })
+        .expect("query")
+        .filter_map(Result::ok)
+        .collect()
+    };
+    drop(db);
+    match wall {
+        Some(w) => {
+            let rate = target as f64 / w.as_secs_f64();
+            rows.push(row(
+                b,
+                &format!("drain: {target} queued orders → filled, restart to last fill"),
+                format!(
+                    "**{:.2} s → {rate:.0} orders/s** (spawn → listening {:.0} ms, → first fill {:.0} ms; observed by polling the database every 10 ms)",
+                    w.as_secs_f64(),
+                    (t_listen - t_spawn).as_secs_f64() * 1000.0,
+                    first_fill.map(|f| (f - t_spawn).as_secs_f64() * 1000.0).unwrap_or(f64::NAN),
+                ),
+                "",
+                None,
+            ));
+        }
+        None => rows.push(row(
+            b,
+            "drain: queued orders → filled",
+            format!("not finished within 600 s ({} filled)", fills.len()),
+            "all filled",
+            Some(false),
+        )),
+    }
+    if fills.len() > 1 {
+        let span = (fills[fills.len() - 1] - fills[0]) as f64 / 1000.0;
+        rows.push(info(
+            b,
+            "drain: server-side, first fill → last fill",
+            format!(
+                "{span:.2} s for {} fills → {:.0} orders/s (fill times from `orders.updated_at`)",
+                fills.len(),
+                (fills.len() - 1) as f64 / span.max(0.001)
+            ),
+        ));
+        rows.push(info(
+            b,
+            "drain: orders/s in each tenth of the drain",
+            chunk_rates(&fills, fills.len() / 10).join(", "),
+        ));
+    }
+    rows.push(info(
+        b,
+        "drain: action statuses after",
+        format!("{statuses:?}"),
+    ));
+    rows.extend(cpu_rows(
+        b,
+        wall.unwrap_or(t_spawn.elapsed()),
+        fills.len(),
+        "order (drain)",
+        cpu,
+    ));
+    rows.push(info(b, "drain: paper broker book after", book.join(", ")));
+    rows.push(info(
+        b,
+        "drain: server log ERROR lines",
+        server_errors(&s.state_dir),
+    ));
+    drop(s);
+
+    // 3. End to end under a steady stream, workers on.
+    for &rate in &o.stream_rates {
+        rows.extend(stream_e2e(o, rate).await);
+    }
+    rows
+}
+
+/// `clients` clients plan+execute for `stream_secs` with workers on, at `rate` pairs/s in
+/// total (0: as fast as they can). Every 10th execute of a client is sampled, if that
+/// client's previous sample has settled: GET /actions/{id} right after the execute and then
+/// every 10 ms until it reports `succeeded`. Every action's server-side time from accept to
+/// succeeded is read from the database afterwards.
+async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
+    let b = "workers";
+    let clients = o.stream_clients;
+    let duration = o.stream_secs;
+    let pace = if rate == 0 {
+        "closed loop".to_string()
+    } else {
+        format!("{rate} pairs/s")
+    };
+    eprintln!(
+        "== workers: steady stream, {clients} clients, {pace}, {:.0} s warm-up + {:.0} s, workers on",
+        o.warmup.as_secs_f64(),
+        duration.as_secs_f64()
+    );
+    wait_quiet(o.wait_idle);
+    let env_on = [
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_WORKERS", "on"),
+    ];
+    let s = Server::start(&env_on);
+    let service = s.service_token();
+    let traders = bench_traders(&s, clients);
+    let begin = Instant::now() + o.warmup;
+    let end = begin + duration;
+    let meter = Arc::new(Mutex::new(None::<CpuMeter>));
+    {
+        let (meter, pid) = (meter.clone(), s.pid());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(begin.into()).await;
+            *meter.lock().unwrap() = Some(CpuMeter::start(pid));
+        });
+    }
+    let mut tasks = Vec::new();
+    for (w, (sub, tok)) in traders.iter().enumerate() {
+        let c = Client::new(&s, &service, sub, tok);
+        // Paced: client w starts its pairs at w/rate, (w + clients)/rate, ... seconds.
+        let interval = (rate > 0).then(|| Duration::from_secs_f64(clients as f64 / rate as f64));
+        let start = Instant::now()
+            + interval
+                .map(|i| i.mul_f64(w as f64 / clients as f64))
+                .unwrap_or_default();
+        tasks.push(tokio::spawn(async move {
+            let (account, symbol) = COMBOS[w % COMBOS.len()];
+            let mut measured: Vec<(String, Instant)> = Vec::new();
+            let mut errors = Errors::default();
+            let mut poller: Option<tokio::task::JoinHandle<Result<Duration, String>>> = None;
+            let mut sampled: Vec<Duration> = Vec::new();
+            let mut poll_errors = Errors::default();
+            let mut seq = 0u64;
+            let mut last = begin;
+            let mut due = start;
+            while Instant::now() < end {
+                if let Some(i) = interval {
+                    tokio::time::sleep_until(due.into()).await;
+                    due += i;
+                }
+                let t0 = Instant::now();
+                if t0 >= end {
+                    break;
+                }
+                seq += 1;
+                let side = if seq % 2 == 0 { "buy" } else { "sell" };
+                let r = c
+                    .plan_execute(account, symbol, side, &format!("stream-{w}-{seq}"))
+                    .await;
+                if t0 < begin {
+                    continue;
+                }
+                let (id, done) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let kind = e.split(' ').take(3).collect::<Vec<_>>().join(" ");
+                        errors.add(kind, || e.clone());
+                        continue;
+                    }
+                };
+                last = last.max(done);
+                measured.push((id.clone(), done));
+                // Every 10th, if the client's previous sample has settled: poll every 10 ms.
+                let idle = poller.as_ref().is_none_or(|p| p.is_finished());
+                if idle && seq % 10 == 0 {
+                    if let Some(p) = poller.take() {
+                        match p.await.expect("poller") {
+                            Ok(d) => sampled.push(d),
+                            Err(e) => poll_errors.add(truncate(&e, 60), || e.clone()),
+                        }
+                    }
+                    let c = c.clone();
+                    poller = Some(tokio::spawn(async move {
+                        loop {
+                            let (st, text) = c.get(&format!("/actions/{id}")).await;
+                            let now = Instant::now();
+                            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                            match (st, v["status"].as_str()) {
+                                (200, Some("succeeded")) => return Ok(now - done),
+                                (200, Some("failed")) => {
+                                    return Err(format!("action failed: {}", v["error"]))
+                                }
+                                (200, _) => {}
+                                _ => {
+                                    return Err(format!(
+                                        "GET /actions -> {st} {}",
+                                        truncate(&text, 200)
+                                    ))
+                                }
+                            }
+                            if now - done > Duration::from_secs(120) {
+                                return Err("not succeeded within 120 s".into());
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }));
+                }
+            }
+            if let Some(p) = poller.take() {
+                match p.await.expect("poller") {
+                    Ok(d) => sampled.push(d),
+                    Err(e) => poll_errors.add(truncate(&e, 60), || e.clone()),
+                }
+            }
+            (measured, errors, sampled, poll_errors, last)
+        }));
+    }
+    let mut measured = Vec::new();
+    let mut errors = Errors::default();
+    let mut sampled = Lat::default();
+    let mut poll_errors = Errors::default();
+    let mut last = begin;
+    for t in tasks {
+        let (m, e, smp, pe, l) = t.await.expect("stream task");
+        measured.extend(m);
+        errors.merge(e);
+        for d in smp {
+            sampled.push(d);
+        }
+        poll_errors.merge(pe);
+        last = last.max(l);
+    }
+    let wall = (last - begin).max(Duration::from_millis(1));
+    let cpu = meter
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map(CpuMeter::stop)
+        .unwrap_or_default();
+    errors.print_samples("stream");
+    poll_errors.print_samples("poll");
+    // Let the workers finish the backlog, then read every action's times.
+    let db = db_read_only(&s.state_dir);
+    let ids: std::collections::HashSet<&str> = measured.iter().map(|(a, _)| a.as_str()).collect();
+    let t_drain = Instant::now();
+    let mut open_after;
+    let times = loop {
+        let times = action_times(&db);
+        let open = ids
+            .iter()
+            .filter(|a| {
+                times
+                    .get(**a)
+                    .is_none_or(|(st, _, _)| st != "succeeded" && st != "failed")
+            })
+            .count();
+        open_after = open;
+        if open == 0 || t_drain.elapsed() > Duration::from_secs(120) {
+            break times;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let drained_after = t_drain.elapsed();
+    let mut server = Lat::default();
+    let mut by_second: Vec<Lat> = vec![Lat::default(); (wall.as_secs_f64().ceil() as usize).max(1)];
+    let mut not_succeeded = 0;
+    for (id, done) in &measured {
+        match times.get(id.as_str()) {
+            Some((st, created, updated)) if st == "succeeded" => {
+                let d = Duration::from_millis((updated - created).max(0) as u64);
+                server.push(d);
+                let i = ((*done - begin).as_secs() as usize).min(by_second.len() - 1);
+                by_second[i].push(d);
+            }
+            _ => not_succeeded += 1,
+        }
+    }
+    let n = measured.len();
+    let mut rows = vec![
+        info(
+            b,
+            &format!("stream ({pace}), {clients} clients, workers on: pairs/s"),
+            format!(
+                "{:.0} ({n} pairs in {:.1} s); errors {}",
+                n as f64 / wall.as_secs_f64(),
+                wall.as_secs_f64(),
+                errors.describe()
+            ),
+        ),
+        row(
+            b,
+            &format!("stream ({pace}): execute response → `succeeded` seen by polling GET /actions/{{id}} (10 ms interval)"),
+            format!(
+                "p50 {:.1} / p90 {:.1} / p99 {:.1} / max {:.1} ms (n={} sampled: every 10th execute, at most one in flight per client; poll errors {})",
+                sampled.pct(50.0),
+                sampled.pct(90.0),
+                sampled.pct(99.0),
+                sampled.max(),
+                sampled.0.len(),
+                poll_errors.describe()
+            ),
+            "",
+            None,
+        ),
+        info(
+            b,
+            &format!("stream ({pace}): server-side accept → succeeded (`created_at` → `updated_at`, ms clock), every action"),
+            format!(
+                "{}; not succeeded: {not_succeeded}",
+                server.summary()
+            ),
+        ),
+        info(
+            b,
+            &format!("stream ({pace}): server-side p50 by execute second, ms"),
+            by_second
+                .iter()
+                .map(|l| {
+                    if l.0.is_empty() {
+                        "-".to_string()
+                    } else {
+                        format!("{:.0}", l.pct(50.0))
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        info(
+            b,
+            &format!("stream ({pace}): backlog after the stream"),
+            if open_after == 0 {
+                format!("all settled {:.2} s after the last execute", drained_after.as_secs_f64())
+            } else {
+                format!("{open_after} of {n} still queued or processing {:.0} s after the last execute (gave up waiting)", drained_after.as_secs_f64())
+            },
+        ),
+    ];
+    rows.extend(cpu_rows(b, wall, n, &format!("pair (stream, {pace})"), cpu));
+    rows.push(info(
+        b,
+        &format!("stream ({pace}): server log ERROR lines"),
+        server_errors(&s.state_dir),
+    ));
+    rows
+}
+
+// ---------------------------------------------------------------------------------------
+// aws-calls
+
+/// moto's server answering one request at a time, as `scripts/moto_serial.py` runs it, plus
+/// one line per request in `calls.log` next to this script: the arrival time and the
+/// `X-Amz-Target` (`DynamoDB_20120810.GetItem`, `AmazonSQS.SendMessage`, `TrentService.Sign`;
+/// every SDK client here speaks a JSON protocol), else the method and path.
+const MOTO_LOGGED: &str = r#"
+import os, signal, sys, time
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication, MotoRequestHandler, create_backend_app,
+)
+
+def main():
+    host, port = "127.0.0.1", None
+    args = sys.argv[1:]
+    for i, a in enumerate(args):
+        if a in ("-H", "--host"):
+            host = args[i + 1]
+        if a in ("-p", "--port"):
+            port = int(args[i + 1])
+    os.environ.setdefault("MOTO_PORT", str(port))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    log = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.log"), "a", buffering=1)
+    inner = DomainDispatcherApplication(create_backend_app)
+    def app(environ, start_response):
+        target = environ.get("HTTP_X_AMZ_TARGET") or (environ.get("REQUEST_METHOD", "") + " " + environ.get("PATH_INFO", ""))
+        log.write("%.6f\t%s\n" % (time.time(), target))
+        return inner(environ, start_response)
+    run_simple(host, port, app, threaded=False, use_reloader=False, request_handler=MotoRequestHandler)
+
+main()
+"#;
+
+/// `DynamoDB_20120810.GetItem` → `DynamoDB.GetItem` (the names the request log uses).
+fn call_name(target: &str) -> String {
+    let (svc, op) = target.split_once('.').unwrap_or(("?", target));
+    let svc = match svc {
+        s if s.starts_with("DynamoDB") => "DynamoDB",
+        "AmazonSQS" => "SQS",
+        "TrentService" => "KMS",
+        s => s,
+    };
+    format!("{svc}.{op}")
+}
+
+/// The AWS call log: (unix time, call name).
+fn read_calls(path: &Path) -> Vec<(f64, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (t, what) = l.split_once('\t')?;
+            Some((t.parse().ok()?, call_name(what)))
+        })
+        .collect()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn tally<'a>(calls: impl Iterator<Item = &'a str>) -> BTreeMap<String, i64> {
+    let mut m = BTreeMap::new();
+    for c in calls {
+        *m.entry(c.to_string()).or_default() += 1;
+    }
+    m
+}
+
+/// Writes the logging moto wrapper into a fresh dir and points the harness at it
+/// (`AIRLOCK_MOTO_SERVER`); returns the call log's path. Call before any thread starts.
+fn install_logged_moto() -> PathBuf {
+    let dir = temp_state_dir();
+    let script = dir.join("moto_logged.py");
+    let python = airlock_tests::moto::Moto::repo_root().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/emulator.sh first",
+        python.display()
+    );
+    std::fs::write(&script, format!("#!{}\n{MOTO_LOGGED}", python.display()))
+        .expect("write moto wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::env::set_var("AIRLOCK_MOTO_SERVER", &script);
+    dir.join("calls.log")
+}
+
+/// AWS calls per API operation (the request log's `backend_calls`, counted by the SDK
+/// interceptor) and per order handled by the in-process worker (the emulator's own call log,
+/// in a window with no HTTP requests, minus an idle window of the same length).
+async fn bench_aws_calls(_o: &Opts) -> Vec<Row> {
+    let b = "aws-calls";
+    let calls_log = PathBuf::from(std::env::var("AIRLOCK_BENCH_CALLS_LOG").expect("call log"));
+    eprintln!("== aws-calls: AWS backend on moto (one request at a time)");
+    let env_off = [
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_WORKERS", "off"),
+    ];
+    let s = Server::start_on(airlock_tests::Backend::Aws, &env_off);
+    let service = s.service_token();
+    let op = s.operator_token(TRADER, "trader", Some("energy"));
+    let c = Client::new(&s, &service, TRADER, &op);
+    // (label, method, path, expected status), in request order.
+    let mut done: Vec<(String, &str, String, u16, u16)> = Vec::new();
+    let plan = |c: &Client, side: &'static str| {
+        let c = c.clone();
+        async move {
+            let (st, text) = c
+                .post("/actions/plan", order_body(TRADER, "ACC-1", "CLF27", side))
+                .await;
+            (
+                st,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let exec_body = |p: &Value, token: &Value, key: &str| {
+        json!({
+            "plan_id": p["plan_id"], "confirmation_token": token,
+            "idempotency_key": key, "requested_by": TRADER,
+        })
+        .to_string()
+    };
+    for round in 0..3 {
+        for (label, path) in [
+            ("GET /accounts", "/accounts".to_string()),
+            ("GET /orders?limit=50", "/orders?limit=50".to_string()),
+            (
+                "GET /positions?account_id=ACC-1",
+                "/positions?account_id=ACC-1".to_string(),
+            ),
+        ] {
+            let (st, _) = c.get(&path).await;
+            done.push((label.into(), "GET", path, 200, st));
+        }
+        let side = if round % 2 == 0 { "buy" } else { "sell" };
+        let (st, p) = plan(&c, side).await;
+        done.push((
+            "POST /actions/plan (order.submit.cl)".into(),
+            "POST",
+            "/actions/plan".into(),
+            200,
+            st,
+        ));
+        let key = format!("calls-{round}");
+        let (st, text) = c
+            .post(
+                "/actions/execute",
+                exec_body(&p, &p["confirmation_token"], &key),
+            )
+            .await;
+        done.push((
+            "POST /actions/execute → 202 queued".into(),
+            "POST",
+            "/actions/execute".into(),
+            202,
+            st,
+        ));
+        let action: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let (st, _) = c
+            .post(
+                "/actions/execute",
+                exec_body(&p, &p["confirmation_token"], &key),
+            )
+            .await;
+        done.push((
+            "POST /actions/execute → 200 duplicate (same key replayed)".into(),
+            "POST",
+            "/actions/execute".into(),
+            200,
+            st,
+        ));
+        let id = action["action_id"].as_str().unwrap_or("none").to_string();
+        let (st, _) = c.get(&format!("/actions/{id}")).await;
+        done.push((
+            "GET /actions/{id}".into(),
+            "GET",
+            format!("/actions/{id}"),
+            200,
+            st,
+        ));
+        // Rejected, not decided: a confirmation token issued for another plan.
+        let (st, p2) = plan(&c, side).await;
+        done.push((
+            "POST /actions/plan (order.submit.cl)".into(),
+            "POST",
+            "/actions/plan".into(),
+            200,
+            st,
+        ));
+        let (st, _) = c
+            .post(
+                "/actions/execute",
+                exec_body(&p2, &p["confirmation_token"], &format!("calls-bad-{round}")),
+            )
+            .await;
+        done.push(("POST /actions/execute → 422 token_invalid (the token of another plan; not a decision: audit only)".into(), "POST", "/actions/execute".into(), 422, st));
+        // Rejected and decided: the kill switch is engaged (the plan is closed, the key
+        // records the rejection).
+        s.cli(&["kill-switch", "engage", "--reason", "bench"]);
+        let (st, _) = c
+            .post(
+                "/actions/execute",
+                exec_body(&p2, &p2["confirmation_token"], &format!("calls-ks-{round}")),
+            )
+            .await;
+        done.push((
+            "POST /actions/execute → 403 kill_switch_engaged (a decision: key, plan closed, audit)"
+                .into(),
+            "POST",
+            "/actions/execute".into(),
+            403,
+            st,
+        ));
+        s.cli(&["kill-switch", "release"]);
+    }
+    let log = s.request_log();
+    let mut per_label: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    // Request lines come in request order (one request at a time).
+    let lines: Vec<&Value> = log.iter().collect();
+    let mut mismatch = 0;
+    let mut i = 0;
+    for (label, method, path, want, got) in &done {
+        // Find the next line for this method and path.
+        while i < lines.len()
+            && !(lines[i]["method"] == *method
+                && lines[i]["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(path.split('?').next().unwrap_or(path))))
+        {
+            i += 1;
+        }
+        let Some(l) = lines.get(i) else {
+            mismatch += 1;
+            continue;
+        };
+        i += 1;
+        let status = l["status"].as_u64().unwrap_or(0) as u16;
+        let calls = l["backend_calls"].as_str().unwrap_or("").replace(',', ", ");
+        let calls = if calls.is_empty() {
+            "(none)".to_string()
+        } else {
+            calls
+        };
+        let n = if calls == "(none)" {
+            0
+        } else {
+            calls.split(", ").count()
+        };
+        let entry = format!(
+            "{n}: {calls}{}",
+            if status != *want || got != want {
+                format!(" [status {status}, expected {want}]")
+            } else {
+                String::new()
+            }
+        );
+        if !per_label.contains_key(label) {
+            order.push(label.clone());
+        }
+        let v = per_label.entry(label.clone()).or_default();
+        if !v.contains(&entry) {
+            v.push(entry);
+        }
+    }
+    let mut rows = Vec::new();
+    for label in &order {
+        rows.push(info(b, label, per_label[label].join(" **or** ")));
+    }
+    if mismatch > 0 {
+        rows.push(info(b, "requests without a log line", mismatch.to_string()));
+    }
+
+    // The worker: queue orders with the workers off, restart with them on, and count the
+    // emulator's calls while they drain (no HTTP requests), minus an idle window.
+    let n = 20;
+    // The three queued executes above are on the queue too.
+    let earlier = done
+        .iter()
+        .filter(|(l, _, _, _, st)| l.contains("202 queued") && *st == 202)
+        .count();
+    let traders = vec![(TRADER.to_string(), op.clone())];
+    let (executed, errors) = queue_orders(&s, &service, &traders, n, "aws-worker").await;
+    errors.print_samples("aws queue");
+    let ids: Vec<String> = executed.iter().map(|(a, _)| a.clone()).collect();
+    let stack = s.crash();
+    let before = read_calls(&calls_log).len();
+    let t_spawn = unix_now();
+    let env_on = [
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_WORKERS", "on"),
+    ];
+    let s = stack.start(&env_on);
+    let t_listen = unix_now();
+    // Wait without HTTP requests, so the emulator sees the worker's calls only, until it
+    // has deleted (acknowledged) every message; then an idle window of the same length.
+    let t_work_end = loop {
+        let acks: Vec<f64> = read_calls(&calls_log)
+            .into_iter()
+            .skip(before)
+            .filter(|(t, c)| *t >= t_listen && c == "SQS.DeleteMessage")
+            .map(|(t, _)| t)
+            .collect();
+        if acks.len() >= ids.len() + earlier {
+            break acks[ids.len() + earlier - 1] + 0.001;
+        }
+        if unix_now() - t_listen > 600.0 {
+            eprintln!(
+                "  only {} of {} messages acknowledged after 600 s",
+                acks.len(),
+                ids.len() + earlier
+            );
+            break unix_now();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let work_secs = t_work_end - t_listen;
+    let idle_secs = work_secs.clamp(5.0, 60.0);
+    let wait = t_work_end + idle_secs - unix_now();
+    if wait > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(wait));
+    }
+    let t_idle_end = t_work_end + idle_secs;
+    let calls: Vec<(f64, String)> = read_calls(&calls_log).into_iter().skip(before).collect();
+    let startup = tally(
+        calls
+            .iter()
+            .filter(|(t, _)| *t < t_listen && *t >= t_spawn)
+            .map(|(_, c)| c.as_str()),
+    );
+    let work = tally(
+        calls
+            .iter()
+            .filter(|(t, _)| *t >= t_listen && *t < t_work_end)
+            .map(|(_, c)| c.as_str()),
+    );
+    let idle = tally(
+        calls
+            .iter()
+            .filter(|(t, _)| *t >= t_work_end && *t < t_idle_end)
+            .map(|(_, c)| c.as_str()),
+    );
+    // Then check through the API that every order was handled.
+    let c = Client::new(&s, &service, TRADER, &op);
+    let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+    for id in &ids {
+        let (_, text) = c.get(&format!("/actions/{id}")).await;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        *statuses
+            .entry(v["status"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
+    let fmt = |m: &BTreeMap<String, i64>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    rows.push(info(
+        b,
+        "serve start (workers on): calls before the listening line",
+        fmt(&startup),
+    ));
+    rows.push(info(
+        b,
+        &format!("worker: calls from the listening line to the last DeleteMessage, {work_secs:.1} s ({} orders queued)", ids.len() + earlier),
+        fmt(&work),
+    ));
+    rows.push(info(
+        b,
+        &format!("worker: calls in the next {idle_secs:.1} s, idle"),
+        fmt(&idle),
+    ));
+    let scale = work_secs / idle_secs;
+    let mut per_order = Vec::new();
+    let mut total = 0.0;
+    for (k, v) in &work {
+        let d = *v as f64 - idle.get(k).copied().unwrap_or(0) as f64 * scale;
+        if d > 0.0 {
+            let x = d / (ids.len() + earlier).max(1) as f64;
+            total += x;
+            per_order.push(format!("{k} {x:.2}"));
+        }
+    }
+    rows.push(info(
+        b,
+        "worker: calls per order ((busy − idle × busy/idle length) / orders)",
+        format!("{total:.1}: {}", per_order.join(", ")),
+    ));
+    rows.push(info(
+        b,
+        "worker: action statuses after",
+        format!("{statuses:?}"),
+    ));
+    rows
+}
+
+// ---------------------------------------------------------------------------------------
 
 fn usage() -> ! {
     eprintln!(
-        "usage: airlock-bench <startup|reads|pairs|pairs-shared|all> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off]"
+        "usage: airlock-bench <startup|reads|pairs|pairs-shared|workers|all|aws-calls> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off] [--queued N] [--stream-clients N] [--stream-secs SECS] [--stream-rates R,R]"
     );
     std::process::exit(2)
 }
@@ -1213,6 +2325,10 @@ fn main() {
         baseline: true,
         wait_idle: Duration::from_secs(120),
         workers: "off".into(),
+        queued: 1000,
+        stream_clients: 4,
+        stream_secs: Duration::from_secs(20),
+        stream_rates: vec![0, 50],
     };
     while let Some(a) = args.next() {
         let mut num = || -> u64 {
@@ -1226,6 +2342,16 @@ fn main() {
             "--runs" => o.runs = num().max(1) as usize,
             "--orders" => o.orders = num() as usize,
             "--no-baseline" => o.baseline = false,
+            "--queued" => o.queued = num().max(1) as usize,
+            "--stream-clients" => o.stream_clients = num().max(1) as usize,
+            "--stream-secs" => o.stream_secs = Duration::from_secs(num().max(1)),
+            "--stream-rates" => {
+                o.stream_rates = args
+                    .next()
+                    .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+                    .filter(|v: &Vec<u64>| !v.is_empty())
+                    .unwrap_or_else(|| usage())
+            }
             "--wait-idle" => o.wait_idle = Duration::from_secs(num()),
             "--workers" => {
                 o.workers = match args.next().as_deref() {
@@ -1236,6 +2362,11 @@ fn main() {
             }
             _ => usage(),
         }
+    }
+    if what == "aws-calls" {
+        // Before any thread starts, like AIRLOCK_TEST_BIN below.
+        let log = install_logged_moto();
+        std::env::set_var("AIRLOCK_BENCH_CALLS_LOG", log);
     }
     if std::env::var_os("AIRLOCK_TEST_BIN").is_none() {
         // Set before any thread starts: the harness reads it on every spawn.
@@ -1280,6 +2411,15 @@ fn main() {
     if all || what == "pairs-shared" {
         wait_quiet(o.wait_idle);
         rows.extend(rt.block_on(bench_pairs(&o, true)));
+        ran = true;
+    }
+    if all || what == "workers" {
+        wait_quiet(o.wait_idle);
+        rows.extend(rt.block_on(bench_workers(&o)));
+        ran = true;
+    }
+    if what == "aws-calls" {
+        rows.extend(rt.block_on(bench_aws_calls(&o)));
         ran = true;
     }
     if !ran {

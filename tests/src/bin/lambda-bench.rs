@@ -6,9 +6,19 @@
 //!
 //! ```text
 //! cargo build --release -p accounts -p positions -p orders -p jobs -p action-status -p plan -p execute \
-//!     -p airlock-local   # airlock-local: the CLI, for tokens and demo data (setup only)
+//!     -p worker-orders -p worker-jobs -p sweeper \
+//!     -p airlock-local   # airlock-local: the CLI and `serve`, for tokens and queued work (setup only)
 //! cargo run --release -p airlock-tests --bin lambda-bench
 //! ```
+//!
+//! The seven API functions get one API Gateway REST event each (below). The two workers get
+//! SQS events with one record each, every invocation a message of its own that the setup
+//! queued: the setup runs the release `airlock serve` (workers off, `AIRLOCK_NOW` at a CME
+//! session) on the same state dir, plans and executes `runs + burst + 2` market orders (both
+//! energy accounts, three CL months, sides alternating) and as many `positions.sync` actions,
+//! stops it, and takes the message bodies from its queue table, so each `worker-orders`
+//! invocation creates, submits and fills a new order and each `worker-jobs` one runs a new
+//! sync job. The `sweeper` gets a scheduled event (nothing is left to sweep).
 //!
 //! For each function:
 //!
@@ -25,7 +35,7 @@
 //! `/next`; those network round trips are not in these figures.
 //!
 //! Options: `--runs N`, `--burst N`, `--callers N`, `--functions a,b,...` (default: all
-//! seven), `--bin-dir DIR` (where the function binaries are; default: next to this
+//! ten), `--bin-dir DIR` (where the function binaries are; default: next to this
 //! executable, i.e. `target/release` under `cargo run --release`), `--cli PATH` (the airlock
 //! CLI; default `$AIRLOCK_TEST_BIN`, else `airlock` in the bin dir, else
 //! `target/debug/airlock-failpoints` or `target/debug/airlock`).
@@ -43,7 +53,7 @@ use airlock_tests::lambda::{
 use airlock_tests::{cli, temp_state_dir, BASE};
 use serde_json::{json, Value};
 
-const ALL: [&str; 7] = [
+const ALL: [&str; 10] = [
     "accounts",
     "positions",
     "orders",
@@ -51,7 +61,12 @@ const ALL: [&str; 7] = [
     "action-status",
     "plan",
     "execute",
+    "worker-orders",
+    "worker-jobs",
+    "sweeper",
 ];
+/// A Monday 09:00 in Chicago (CME open): the setup's `serve` runs there to queue orders.
+const MARKET_OPEN: &str = "2026-11-23T15:00:00Z";
 const INIT_TARGET: Duration = Duration::from_millis(50);
 const RSS_TARGET_BYTES: u64 = 40_000_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -149,6 +164,10 @@ struct Setup {
     operator: String,
     plan: Value,
     action_id: Option<String>,
+    /// Queued message bodies with their group (account), per queue, for the workers.
+    orders_queue: Vec<(String, String)>,
+    jobs_queue: Vec<(String, String)>,
+    next_message: std::sync::atomic::AtomicUsize,
 }
 
 fn cli_env() -> Vec<(String, String)> {
@@ -194,8 +213,27 @@ impl Setup {
         ]
     }
 
-    /// The event a function gets in the benchmark: one representative request.
+    /// The event a function gets in the benchmark: one representative request (for the
+    /// workers, the next queued message).
     fn event(&self, function: &str) -> Value {
+        match function {
+            "worker-orders" | "worker-jobs" => {
+                let q = if function == "worker-orders" {
+                    &self.orders_queue
+                } else {
+                    &self.jobs_queue
+                };
+                let i = self
+                    .next_message
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (body, group) = q.get(i % q.len().max(1)).cloned().unwrap_or_default();
+                return sqs_event(&format!("m-{i}"), &body, &group, function);
+            }
+            "sweeper" => {
+                return json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}})
+            }
+            _ => {}
+        }
         let h = self.headers();
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let ev = |method: &str, path: &str, query: &[(&str, &str)], body: Option<&str>| {
@@ -236,6 +274,179 @@ impl Setup {
     }
 }
 
+/// An SQS event with one record, as Lambda's event source mapping delivers it.
+fn sqs_event(id: &str, body: &str, group: &str, function: &str) -> Value {
+    let fifo = function == "worker-orders";
+    let mut attributes = json!({ "ApproximateReceiveCount": "1" });
+    if fifo {
+        attributes["MessageGroupId"] = json!(group);
+    }
+    json!({
+        "Records": [{
+            "messageId": id,
+            "receiptHandle": format!("receipt-{id}"),
+            "body": body,
+            "attributes": attributes,
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": if fifo {
+                "arn:aws:sqs:us-east-1:123456789012:airlock-worker-orders.fifo"
+            } else {
+                "arn:aws:sqs:us-east-1:123456789012:airlock-worker-jobs"
+            },
+            "awsRegion": "us-east-1"
+        }]
+    })
+}
+
+/// Queues `n` market orders and `n` `positions.sync` actions with the release `airlock
+/// serve` (workers off, clock at a CME session) on the state dir, and returns the queue's
+/// message bodies and groups: (orders, jobs).
+#[allow(clippy::type_complexity)]
+fn queue_work(
+    cli_bin: &Path,
+    dir: &Path,
+    n: usize,
+) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    use std::io::BufRead;
+    let dir_s = dir.to_str().expect("utf-8 dir");
+    let env = vec![
+        ("AIRLOCK_BACKEND".to_string(), "embedded".to_string()),
+        ("AIRLOCK_NOW".to_string(), MARKET_OPEN.to_string()),
+    ];
+    let service = cli(dir, &env, &["token", "service"]);
+    let mut child = std::process::Command::new(cli_bin)
+        .args(["--state-dir", dir_s, "serve", "--addr", "127.0.0.1:0"])
+        .env("AIRLOCK_BACKEND", "embedded")
+        .env("AIRLOCK_NOW", MARKET_OPEN)
+        .env("AIRLOCK_WORKERS", "off")
+        .env("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000")
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn airlock serve");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("listening line");
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("airlock serve did not start: {line:?}"))
+        .to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    const COMBOS: [(&str, &str); 6] = [
+        ("ACC-1", "CLF27"),
+        ("ACC-2", "CLF27"),
+        ("ACC-1", "CLG27"),
+        ("ACC-2", "CLG27"),
+        ("ACC-1", "CLH27"),
+        ("ACC-2", "CLH27"),
+    ];
+    let clients = 4;
+    rt.block_on(async {
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for w in 0..clients {
+            let sub = format!("op-lambda-bench-{w}");
+            let op = cli(
+                dir,
+                &env,
+                &[
+                    "token", "operator", "--sub", &sub, "--roles", "trader", "--desks", "energy",
+                ],
+            );
+            let (next, base, service) = (next.clone(), base.clone(), service.clone());
+            tasks.push(tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                let post = |path: &str, body: Value| {
+                    http.post(format!("{base}{BASE}{path}"))
+                        .header("authorization", format!("Bearer {service}"))
+                        .header("x-operator-token", &op)
+                        .header("content-type", "application/json")
+                        .body(body.to_string())
+                        .send()
+                };
+                loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if k >= 2 * n {
+                        break;
+                    }
+                    let payload = if k % 2 == 0 {
+                        let j = k / 2;
+                        let (account, symbol) = COMBOS[j % COMBOS.len()];
+                        let side = if (j / COMBOS.len()) % 2 == 0 {
+                            "buy"
+                        } else {
+                            "sell"
+                        };
+                        json!({"action_type": "order.submit.cl", "payload": {
+                            "account_id": account, "symbol": symbol, "side": side,
+                            "quantity": 1, "order_type": "market"}})
+                    } else {
+                        let account = if (k / 2) % 2 == 0 { "ACC-1" } else { "ACC-2" };
+                        json!({"action_type": "positions.sync", "payload": {"account_id": account}})
+                    };
+                    let mut body = payload;
+                    body["requested_by"] = json!(sub);
+                    let plan: Value = post("/actions/plan", body)
+                        .await
+                        .expect("plan")
+                        .json()
+                        .await
+                        .expect("plan JSON");
+                    assert_eq!(plan["executable"], true, "setup plan: {plan}");
+                    let r = post(
+                        "/actions/execute",
+                        json!({
+                            "plan_id": plan["plan_id"],
+                            "confirmation_token": plan["confirmation_token"],
+                            "idempotency_key": format!("lambda-bench-{k}"),
+                            "requested_by": sub,
+                        }),
+                    )
+                    .await
+                    .expect("execute");
+                    assert_eq!(
+                        r.status().as_u16(),
+                        202,
+                        "setup execute: {:?}",
+                        r.text().await
+                    );
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("setup task");
+        }
+    });
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let db = rusqlite::Connection::open(dir.join("airlock.db")).expect("open db");
+    let mut st = db
+        .prepare("SELECT queue, body, group_key FROM queue WHERE status = 'ready' ORDER BY id")
+        .expect("prepare");
+    let rows: Vec<(String, String, String)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("query")
+        .filter_map(Result::ok)
+        .collect();
+    let pick = |q: &str| -> Vec<(String, String)> {
+        rows.iter()
+            .filter(|(name, _, _)| name == q)
+            .map(|(_, b, g)| (b.clone(), g.clone()))
+            .collect()
+    };
+    (pick("worker:orders"), pick("worker:jobs"))
+}
+
 fn plan_body() -> Value {
     json!({
         "action_type": "order.submit.cl",
@@ -256,8 +467,21 @@ fn start(emu: &LambdaEmulator, bin: &Path, s: &Setup) -> (FunctionProcess, Durat
     (f, init)
 }
 
+/// The HTTP status of an API function's answer; for a worker, `ok` when no record failed
+/// (else `failed`); for the sweeper, `sent=N`.
 fn status_of(r: &Result<Value, String>) -> String {
     match r {
+        Ok(v) if v.get("batchItemFailures").is_some() => {
+            if v["batchItemFailures"]
+                .as_array()
+                .is_some_and(|a| a.is_empty())
+            {
+                "ok".into()
+            } else {
+                "failed".into()
+            }
+        }
+        Ok(v) if v.get("sent").is_some() => format!("sent={}", v["sent"]),
         Ok(v) => response_parts(v).0.to_string(),
         Err(_) => "invoke error".into(),
     }
@@ -275,9 +499,29 @@ fn setup(o: &Opts) -> Setup {
         operator: String::new(),
         plan: Value::Null,
         action_id: None,
+        orders_queue: Vec::new(),
+        jobs_queue: Vec::new(),
+        next_message: Default::default(),
     };
     s.mint_tokens();
     cli(&s.dir, &cli_env(), &["seed-orders", "0"]);
+    if o.functions.iter().any(|f| f.starts_with("worker-")) {
+        let n = o.runs + o.burst + 2;
+        let t = Instant::now();
+        let (orders, jobs) = queue_work(&cli_bin, &s.dir, n);
+        println!(
+            "setup: queued {} order and {} job messages with `airlock serve` in {:.1} s",
+            orders.len(),
+            jobs.len(),
+            t.elapsed().as_secs_f64()
+        );
+        assert!(
+            orders.len() >= n && jobs.len() >= n,
+            "setup: not enough queued messages"
+        );
+        s.orders_queue = orders;
+        s.jobs_queue = jobs;
+    }
     let emu = LambdaEmulator::start();
     let (mut f, _) = start(&emu, &o.bin_dir.join("plan"), &s);
     let r = f.invoke(s.event("plan"), TIMEOUT).expect("setup plan");
@@ -336,18 +580,17 @@ fn bench(o: &Opts, s: &Setup, function: &str) -> Figures {
 
     let (mut f, _) = start(&emu, &bin, s);
     let hwm_init_kb = f.proc_status_kb("VmHWM").unwrap_or(0);
-    let event = s.event(function);
     let lat = Mutex::new(Vec::with_capacity(o.burst));
     let statuses = Mutex::new(BTreeMap::new());
     let t = Instant::now();
     std::thread::scope(|sc| {
         for c in 0..o.callers {
             let n = o.burst / o.callers + usize::from(c < o.burst % o.callers);
-            let (emu, event, lat, statuses) = (&emu, &event, &lat, &statuses);
+            let (emu, lat, statuses) = (&emu, &lat, &statuses);
             sc.spawn(move || {
                 for _ in 0..n {
                     let t = Instant::now();
-                    let r = emu.invoke(event.clone(), TIMEOUT);
+                    let r = emu.invoke(s.event(function), TIMEOUT);
                     let d = t.elapsed();
                     lat.lock().unwrap().push(d);
                     *statuses.lock().unwrap().entry(status_of(&r)).or_insert(0) += 1;
@@ -392,7 +635,8 @@ fn main() {
         assert!(
             bin.exists(),
             "{} is missing: cargo build --release -p accounts -p positions -p orders -p jobs \
-             -p action-status -p plan -p execute (or pass --bin-dir)",
+             -p action-status -p plan -p execute -p worker-orders -p worker-jobs -p sweeper \
+             (or pass --bin-dir)",
             bin.display()
         );
     }
@@ -411,6 +655,7 @@ fn main() {
     let mut results = Vec::new();
     for f in &o.functions {
         s.mint_tokens();
+        s.next_message.store(0, std::sync::atomic::Ordering::SeqCst);
         let r = bench(&o, &s, f);
         eprintln!(
             "{f}: init p50 {:.1} ms, VmHWM {} (loadavg {})",
