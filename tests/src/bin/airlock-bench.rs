@@ -6,21 +6,41 @@
 //! cargo build --release -p airlock-local && cargo run --release -p airlock-tests --bin airlock-bench -- all
 //! ```
 //!
-//! Subcommands: `startup`, `reads`, `pairs`, `pairs-shared`, `all` (every one of them).
+//! Subcommands: `startup`, `reads`, `pairs`, `pairs-shared`, `workers`, `all` (every one of
+//! them), and `aws-calls` (not in `all`: it needs the moto emulator, `scripts/emulator.sh`).
 //! Options: `--duration SECS` (measured window of `reads`/`pairs`, default 10),
 //! `--clients N` (default 16), `--runs N` (fresh starts for `startup`, default 20),
 //! `--orders N` (bulk orders seeded for `startup`/`reads`, default 10000),
 //! `--no-baseline` (skip the 1-client baseline runs), `--wait-idle SECS` (before each
 //! scenario, wait up to this long for other processes to leave the machine idle; default 120),
 //! `--workers on|off` (`AIRLOCK_WORKERS` of the `reads` and `pairs` servers; default `off`, as
-//! in the test harness, so only the HTTP path is measured; `startup` uses serve's default).
+//! in the test harness, so only the HTTP path is measured; `startup` uses serve's default),
+//! `--queued N` (`workers`: orders queued and drained, default 1000), `--stream-clients N`
+//! (`workers`: clients, default 4), `--stream-secs SECS` (`workers`: measured stream, default
+//! 20), `--stream-rates R,R` (`workers`: one stream per rate, pairs/s over all clients, 0 for
+//! a closed loop; default `0,50`).
 //!
 //! `pairs` gives each client its own trader on the energy desk; `pairs-shared` runs every
 //! client as `op-energy-trader`. Both start `serve` with `AIRLOCK_NOW` at a Monday 09:00
-//! Chicago (CME open) and `AIRLOCK_EXECUTE_RATE_PER_MINUTE=10000`, the largest value the
+//! Chicago (CME open) and `AIRLOCK_EXECUTE_RATE_PER_MINUTE=1000000`, the largest value the
 //! configuration accepts. Each pair plans 1 CLF27 on ACC-1 (market) and executes it; a client's
 //! pairs alternate buy and sell so that the account stays inside the position limit (50) when
 //! workers fill the orders.
+//!
+//! `workers`: plans and executes `--queued` market orders with the workers off (4 clients,
+//! both energy accounts, CLF27/CLG27/CLH27, sides alternating per account and contract), kills
+//! the server, restarts it on the same state dir with `AIRLOCK_WORKERS=on` and times the
+//! drain until every order is filled (the database, opened read-only, is polled every 10 ms;
+//! each order's fill time also comes from its `updated_at`). Then, on a fresh server with the
+//! workers on, one steady stream per `--stream-rates` entry: end-to-end latency from the
+//! execute response to `succeeded` seen by polling `GET /actions/{id}` every 10 ms (every
+//! 10th execute of a client), and the server-side accept → succeeded time of every action.
+//!
+//! `aws-calls`: the AWS backend on moto (one request at a time). The AWS calls of each API
+//! operation come from the request log (`backend_calls`, counted by the SDK interceptor); the
+//! in-process worker's calls, which no request line carries, come from the emulator's own log
+//! of `X-Amz-Target`s (a wrapper around moto written to a temp dir) while it drains queued
+//! orders with no HTTP traffic, minus an idle window of the same length.
 //!
 //! The server under test is `$AIRLOCK_TEST_BIN` if set, else `airlock` next to this
 //! executable (`target/release/airlock` under `cargo run --release`). Client and server share
@@ -1396,7 +1416,7 @@ async fn queue_orders(
                     break;
                 }
                 let (account, symbol) = COMBOS[k % COMBOS.len()];
-                let side = if (k / COMBOS.len()) % 2 == 0 {
+                let side = if (k / COMBOS.len()).is_multiple_of(2) {
                     "buy"
                 } else {
                     "sell"
@@ -1511,7 +1531,7 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
             break Some(Instant::now());
         }
         polls += 1;
-        if polls % 100 == 0 {
+        if polls.is_multiple_of(100) {
             let failed = count(
                 &db,
                 "SELECT COUNT(*) FROM actions WHERE json_extract(body, '$.status') = 'failed'",
@@ -1700,7 +1720,7 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
                     break;
                 }
                 seq += 1;
-                let side = if seq % 2 == 0 { "buy" } else { "sell" };
+                let side = if seq.is_multiple_of(2) { "buy" } else { "sell" };
                 let r = c
                     .plan_execute(account, symbol, side, &format!("stream-{w}-{seq}"))
                     .await;
@@ -1719,7 +1739,7 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
                 measured.push((id.clone(), done));
                 // Every 10th, if the client's previous sample has settled: poll every 10 ms.
                 let idle = poller.as_ref().is_none_or(|p| p.is_finished());
-                if idle && seq % 10 == 0 {
+                if idle && seq.is_multiple_of(10) {
                     if let Some(p) = poller.take() {
                         match p.await.expect("poller") {
                             Ok(d) => sampled.push(d),
@@ -2421,6 +2441,13 @@ fn main() {
     if what == "aws-calls" {
         rows.extend(rt.block_on(bench_aws_calls(&o)));
         ran = true;
+        // The moto wrapper and its call log (the emulator stopped with the server).
+        if let Some(dir) = std::env::var_os("AIRLOCK_BENCH_CALLS_LOG")
+            .map(PathBuf::from)
+            .and_then(|l| l.parent().map(Path::to_path_buf))
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
     if !ran {
         usage();

@@ -380,7 +380,7 @@ fn queue_work(
                     let payload = if k % 2 == 0 {
                         let j = k / 2;
                         let (account, symbol) = COMBOS[j % COMBOS.len()];
-                        let side = if (j / COMBOS.len()) % 2 == 0 {
+                        let side = if (j / COMBOS.len()).is_multiple_of(2) {
                             "buy"
                         } else {
                             "sell"
