@@ -6,7 +6,8 @@ use crate::adapters::keys;
 use crate::adapters::local_signer::LocalSigner;
 use crate::adapters::sqlite::Sqlite;
 use crate::auth::dev_issuer::{DevIssuer, DEV_ISSUER_KID};
-use crate::auth::{Authenticator, IssuerKeys, RoleTable};
+use crate::auth::jwks::{HttpFetcher, JwksCache, JwksTiming};
+use crate::auth::{Authenticator, Issuer, KeySet, KeySource, RoleTable};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::pagination::CursorCodec;
@@ -116,14 +117,73 @@ pub fn role_table() -> Result<RoleTable, String> {
     RoleTable::parse(&text).map_err(|e| format!("configuration: role table: {e}"))
 }
 
-/// Authenticator that accepts tokens of the local dev issuer.
-pub fn dev_authenticator(cfg: &Config) -> Result<Authenticator, String> {
-    let issuer = dev_issuer(cfg)?;
+/// Where one token kind's keys come from: its JWKS URL when configured; else, when
+/// `dev_fallback`, the local dev issuer of the state dir (`airlock serve`, `airlock token`);
+/// else nowhere (a Lambda with no identity provider refuses every token, saying why).
+fn key_source(
+    url: Option<&str>,
+    var: &'static str,
+    cfg: &Config,
+    dev_fallback: bool,
+    fetcher: &mut Option<Arc<HttpFetcher>>,
+) -> Result<KeySource, String> {
+    if let Some(url) = url {
+        let fetcher = match fetcher {
+            Some(f) => f.clone(),
+            None => fetcher.insert(Arc::new(HttpFetcher::new()?)).clone(),
+        };
+        let timing = JwksTiming {
+            cache_ttl: std::time::Duration::from_secs(cfg.jwks_cache_s.into()),
+            refetch_cooldown: std::time::Duration::from_secs(cfg.jwks_refetch_cooldown_s.into()),
+            ..JwksTiming::default()
+        };
+        return Ok(KeySource::Jwks(Arc::new(JwksCache::new(
+            url, timing, fetcher,
+        ))));
+    }
+    if !dev_fallback {
+        tracing::warn!("{var} is not set: every token of this kind will be refused");
+        return Ok(KeySource::Unconfigured(var));
+    }
+    let mut set = KeySet::default();
+    set.insert(
+        DEV_ISSUER_KID,
+        jsonwebtoken::Algorithm::ES256,
+        crate::auth::es256_decoding_key(&dev_issuer(cfg)?.public),
+    );
+    Ok(KeySource::Static(set))
+}
+
+/// The authenticator of this process: each token kind verified against its provider's
+/// JWKS, or the local dev issuer where allowed (see [`key_source`]).
+pub fn authenticator(cfg: &Config, dev_fallback: bool) -> Result<Authenticator, String> {
+    let mut fetcher = None;
+    let service_keys = key_source(
+        cfg.service_jwks_url.as_deref(),
+        "AIRLOCK_SERVICE_JWKS_URL",
+        cfg,
+        dev_fallback,
+        &mut fetcher,
+    )?;
+    // One provider for both kinds (a Cognito pool, one OIDC tenant): one cache, one fetch.
+    let operator_keys = match &service_keys {
+        KeySource::Jwks(_) if cfg.operator_jwks_url == cfg.service_jwks_url => service_keys.clone(),
+        _ => key_source(
+            cfg.operator_jwks_url.as_deref(),
+            "AIRLOCK_OPERATOR_JWKS_URL",
+            cfg,
+            dev_fallback,
+            &mut fetcher,
+        )?,
+    };
+    let mut service = Issuer::new(&cfg.service_issuer, &cfg.service_audience, service_keys);
+    service.audience_claim = cfg.service_audience_claim.clone();
+    let mut operator = Issuer::new(&cfg.operator_issuer, &cfg.operator_audience, operator_keys);
+    operator.audience_claim = cfg.operator_audience_claim.clone();
     Ok(Authenticator {
-        service: IssuerKeys::new(&cfg.service_issuer, &cfg.service_audience)
-            .with_es256(DEV_ISSUER_KID, &issuer.public),
-        operator: IssuerKeys::new(&cfg.operator_issuer, &cfg.operator_audience)
-            .with_es256(DEV_ISSUER_KID, &issuer.public),
+        service,
+        operator,
+        claims: cfg.claims.clone(),
         roles: role_table()?,
         max_service_lifetime_s: cfg.max_service_token_lifetime_s as i64,
         skew_s: cfg.clock_skew_s as i64,
@@ -194,7 +254,9 @@ fn cursor_key(cfg: &Config) -> Result<Vec<u8>, String> {
 }
 
 /// The AWS stack: DynamoDB, SQS and KMS through the standard AWS environment.
-pub async fn aws(cfg: Config, clock: SharedClock) -> Result<AppState, String> {
+/// `dev_issuer`: accept the state dir's dev issuer for a token kind without a JWKS URL
+/// (`airlock serve --backend aws`); a deployed Lambda passes `false`.
+pub async fn aws(cfg: Config, clock: SharedClock, dev_issuer: bool) -> Result<AppState, String> {
     let aws = crate::adapters::aws::Aws::connect().await?;
     let signer: Arc<dyn Signer> = Arc::new(
         crate::adapters::aws::KmsSigner::connect(aws.kms.clone(), &aws.names.signing_key_id)
@@ -202,7 +264,7 @@ pub async fn aws(cfg: Config, clock: SharedClock) -> Result<AppState, String> {
     );
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
     Ok(AppState {
-        auth: Arc::new(dev_authenticator(&cfg)?),
+        auth: Arc::new(authenticator(&cfg, dev_issuer)?),
         cursors: CursorCodec::new(cursor_key(&cfg)?),
         confirmations: Arc::new(ConfirmationVerifier::new(
             &cfg.confirmation_audience,
@@ -224,7 +286,7 @@ pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), S
     let cursor_key = cursor_key(&cfg)?;
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
     let state = AppState {
-        auth: Arc::new(dev_authenticator(&cfg)?),
+        auth: Arc::new(authenticator(&cfg, true)?),
         cursors: CursorCodec::new(cursor_key),
         confirmations: Arc::new(ConfirmationVerifier::new(
             &cfg.confirmation_audience,
@@ -250,7 +312,7 @@ pub async fn from_env() -> Result<AppState, String> {
         .parse()
         .map_err(|e| format!("configuration: AIRLOCK_BACKEND: {e}"))?;
     match backend {
-        Backend::Aws => aws(cfg, clock).await,
+        Backend::Aws => aws(cfg, clock, false).await,
         Backend::Embedded => embedded(cfg, clock).map(|(s, _)| s),
     }
 }

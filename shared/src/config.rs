@@ -11,6 +11,20 @@ pub struct Config {
     pub service_audience: String,
     pub operator_issuer: String,
     pub operator_audience: String,
+    /// JWKS URL of the service-token issuer; unset = the local dev issuer's key (embedded
+    /// backend) or no identity provider at all (a Lambda on the AWS backend refuses tokens).
+    pub service_jwks_url: Option<String>,
+    /// JWKS URL of the operator-token issuer (as above).
+    pub operator_jwks_url: Option<String>,
+    /// The claim holding the audience: `aud`, or `client_id` for Cognito access tokens.
+    pub service_audience_claim: String,
+    pub operator_audience_claim: String,
+    /// Where roles, desks and scopes live in the providers' tokens.
+    pub claims: crate::auth::ClaimNames,
+    /// How long a fetched JWKS is trusted before it is fetched again, seconds.
+    pub jwks_cache_s: u32,
+    /// The least time between two fetches triggered by an unknown `kid`, seconds.
+    pub jwks_refetch_cooldown_s: u32,
     /// `aud` of confirmation tokens.
     pub confirmation_audience: String,
     /// Confirmation-token and plan lifetime, 30..=900 s (default 300).
@@ -48,6 +62,13 @@ impl Default for Config {
             service_audience: DEFAULT_SERVICE_AUDIENCE.into(),
             operator_issuer: DEFAULT_OPERATOR_ISSUER.into(),
             operator_audience: DEFAULT_OPERATOR_AUDIENCE.into(),
+            service_jwks_url: None,
+            operator_jwks_url: None,
+            service_audience_claim: "aud".into(),
+            operator_audience_claim: "aud".into(),
+            claims: crate::auth::ClaimNames::default(),
+            jwks_cache_s: 600,
+            jwks_refetch_cooldown_s: 30,
             confirmation_audience: DEFAULT_CONFIRMATION_AUDIENCE.into(),
             confirmation_ttl_s: 300,
             max_service_token_lifetime_s: 900,
@@ -91,6 +112,31 @@ fn number<T: std::str::FromStr + PartialOrd + Copy + std::fmt::Display>(
     }
 }
 
+fn jwks_url(name: &'static str) -> Result<Option<String>, ConfigError> {
+    match var(name) {
+        None => Ok(None),
+        Some(url) => crate::auth::jwks::check_url(url.trim())
+            .map(|()| Some(url.trim().to_string()))
+            .map_err(|message| ConfigError { var: name, message }),
+    }
+}
+
+/// A claim name: letters, digits, `_ : - .` (a dotted path reads a nested claim).
+fn claim_name(name: &'static str, default: &str) -> Result<String, ConfigError> {
+    let v = var(name).unwrap_or_else(|| default.to_string());
+    let ok = v
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-' | '.'));
+    if ok && !v.is_empty() {
+        Ok(v)
+    } else {
+        Err(ConfigError {
+            var: name,
+            message: format!("must be a claim name, got {v:?}"),
+        })
+    }
+}
+
 impl Config {
     /// Reads `AIRLOCK_*` variables over the defaults. `state_dir` comes from the caller
     /// (the command line's `--state-dir`, itself defaulting to `AIRLOCK_STATE_DIR`).
@@ -104,6 +150,17 @@ impl Config {
             service_audience: var("AIRLOCK_SERVICE_AUDIENCE").unwrap_or(d.service_audience),
             operator_issuer: var("AIRLOCK_OPERATOR_ISSUER").unwrap_or(d.operator_issuer),
             operator_audience: var("AIRLOCK_OPERATOR_AUDIENCE").unwrap_or(d.operator_audience),
+            service_jwks_url: jwks_url("AIRLOCK_SERVICE_JWKS_URL")?,
+            operator_jwks_url: jwks_url("AIRLOCK_OPERATOR_JWKS_URL")?,
+            service_audience_claim: claim_name("AIRLOCK_SERVICE_AUDIENCE_CLAIM", "aud")?,
+            operator_audience_claim: claim_name("AIRLOCK_OPERATOR_AUDIENCE_CLAIM", "aud")?,
+            claims: crate::auth::ClaimNames {
+                scope_prefix: var("AIRLOCK_SERVICE_SCOPE_PREFIX").unwrap_or_default(),
+                roles: claim_name("AIRLOCK_OPERATOR_ROLES_CLAIM", "roles")?,
+                desks: claim_name("AIRLOCK_OPERATOR_DESKS_CLAIM", "desks")?,
+            },
+            jwks_cache_s: number("AIRLOCK_JWKS_CACHE_SECONDS", 600, 60, 86_400)?,
+            jwks_refetch_cooldown_s: number("AIRLOCK_JWKS_REFETCH_COOLDOWN_SECONDS", 30, 1, 3_600)?,
             confirmation_audience: var("AIRLOCK_CONFIRMATION_AUDIENCE")
                 .unwrap_or(d.confirmation_audience),
             confirmation_ttl_s: number("AIRLOCK_CONFIRMATION_TTL_SECONDS", 300, 30, 900)?,

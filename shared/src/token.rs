@@ -6,7 +6,7 @@
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{verify_jwt, IssuerKeys, TokenFault};
+use crate::auth::{es256_decoding_key, verify_jwt, Issuer, KeySet, KeySource, TokenFault};
 use crate::error::StoreResult;
 use crate::ports::Signer;
 
@@ -42,13 +42,19 @@ pub async fn sign(signer: &dyn Signer, claims: &ConfirmationClaims) -> StoreResu
 
 /// Verifies confirmation tokens with the signer's public key, fetched once.
 pub struct ConfirmationVerifier {
-    keys: IssuerKeys,
+    keys: Issuer,
 }
 
 impl ConfirmationVerifier {
     pub fn new(audience: &str, kid: &str, public: &p256::PublicKey) -> Self {
+        let mut set = KeySet::default();
+        set.insert(
+            kid,
+            jsonwebtoken::Algorithm::ES256,
+            es256_decoding_key(public),
+        );
         ConfirmationVerifier {
-            keys: IssuerKeys::new(CONFIRMATION_ISSUER, audience).with_es256(kid, public),
+            keys: Issuer::new(CONFIRMATION_ISSUER, audience, KeySource::Static(set)),
         }
     }
 
@@ -58,7 +64,9 @@ impl ConfirmationVerifier {
 
     /// Signature, algorithm (ES256 only), key id, issuer, audience and expiry (no skew:
     /// Airlock issued it on its own clock).
-    pub fn verify(&self, token: &str, now_s: i64) -> Result<ConfirmationClaims, TokenFault> {
-        verify_jwt(token, &self.keys, now_s, 0)
+    pub async fn verify(&self, token: &str, now_s: i64) -> Result<ConfirmationClaims, TokenFault> {
+        let claims = verify_jwt(token, &self.keys, now_s, 0).await?;
+        serde_json::from_value(claims)
+            .map_err(|_| TokenFault::Invalid("the token's claims have the wrong shape".into()))
     }
 }

@@ -5,6 +5,7 @@
 //! README's test command, `scripts/test.sh`), or `$AIRLOCK_TEST_BIN`. A missing binary is a
 //! loud failure, never a skip.
 
+pub mod idp;
 pub mod lambda;
 pub mod moto;
 

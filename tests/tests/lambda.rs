@@ -242,3 +242,44 @@ fn a_non_http_event_is_an_invocation_error_and_the_function_survives() {
     let (status, _, resp) = call(&mut f, event("GET", "/accounts", &fx.auth(), None));
     assert_eq!(status, 200, "{resp}");
 }
+
+/// A deployed function verifies tokens of the configured identity provider (JWKS over
+/// HTTP), and no longer trusts the dev issuer.
+#[test]
+fn http_function_verifies_provider_tokens_from_its_jwks_url() {
+    use airlock_tests::idp::{now_s, Idp, Key};
+    let fx = Fixture::new();
+    let (svc_key, op_key) = (Key::rs256("svc-1"), Key::es256("ops-1"));
+    let idp = Idp::start(&[&svc_key, &op_key]);
+    let emu = LambdaEmulator::start();
+    let mut f = fx.start(
+        &emu,
+        "accounts",
+        &[
+            IGNORE_STAGE_ENV,
+            ("AIRLOCK_SERVICE_JWKS_URL", idp.url.as_str()),
+            ("AIRLOCK_OPERATOR_JWKS_URL", idp.url.as_str()),
+            ("AIRLOCK_SERVICE_ISSUER", "https://idp.test/"),
+            ("AIRLOCK_OPERATOR_ISSUER", "https://idp.test/"),
+        ],
+    );
+    let now = now_s();
+    let service = svc_key.sign(&json!({"iss": "https://idp.test/", "aud": "airlock-api",
+        "sub": "mastra", "scope": "trade.read", "iat": now, "exp": now + 300}));
+    let operator = op_key.sign(
+        &json!({"iss": "https://idp.test/", "aud": "airlock-operators",
+        "sub": "op-1", "roles": ["viewer"], "desks": ["metals"], "iat": now, "exp": now + 300}),
+    );
+    let h = vec![
+        ("Authorization", format!("Bearer {service}")),
+        ("X-Operator-Token", operator),
+    ];
+    let (status, body, resp) = call(&mut f, event("GET", "/accounts", &h, None));
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(body["accounts"][0]["account_id"], "ACC-3", "{resp}");
+    assert_eq!(idp.fetches(), 1);
+
+    let (status, body, resp) = call(&mut f, event("GET", "/accounts", &fx.auth(), None));
+    assert_eq!(status, 401, "dev issuer tokens are refused: {resp}");
+    assert_eq!(body["error"]["code"], "unauthenticated", "{resp}");
+}

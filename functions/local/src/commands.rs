@@ -82,7 +82,7 @@ pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
 /// The state on the chosen backend; the embedded one seeds demo data into a new database.
 async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
     match backend {
-        Backend::Aws => app::aws(cfg, clock()?).await,
+        Backend::Aws => app::aws(cfg, clock()?, true).await,
         Backend::Embedded => {
             let (state, db) = app::embedded(cfg, clock()?)?;
             if db.is_empty().await.map_err(|e| e.to_string())? {
@@ -101,7 +101,7 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
         println!("{line}");
     }
     if demo_data {
-        let st = app::aws(cfg, clock()?).await?;
+        let st = app::aws(cfg, clock()?, true).await?;
         let page = airlock::ports::Page {
             after: None,
             limit: 1,

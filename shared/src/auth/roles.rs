@@ -97,7 +97,8 @@ impl RoleTable {
     /// Parents must be defined on an earlier line, so inheritance cannot loop.
     pub fn parse(text: &str) -> Result<RoleTable, String> {
         let mut roles: BTreeMap<String, RoleDef> = BTreeMap::new();
-        for (n, line) in text.lines().enumerate() {
+        // Roles are separated by new lines or `;` (one-line form for a CloudFormation parameter).
+        for (n, line) in text.split(['\n', ';']).enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;

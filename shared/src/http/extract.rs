@@ -36,7 +36,7 @@ impl FromRequestParts<AppState> for Authed {
             .and_then(|v| v.to_str().ok())
             .map(str::trim);
         let now_s = state.clock.now_ms().div_euclid(1000);
-        let caller = state.auth.authenticate(bearer, operator, now_s)?;
+        let caller = state.auth.authenticate(bearer, operator, now_s).await?;
         if let Some(slot) = parts.extensions.get::<Arc<CallerSlot>>() {
             let _ = slot
                 .who

@@ -299,6 +299,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
     let claims = match st
         .confirmations
         .verify(&ctx.req.confirmation_token, now.div_euclid(1000))
+        .await
     {
         Ok(c) => c,
         Err(TokenFault::Expired(exp)) => {
@@ -317,6 +318,13 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 format!("The confirmation token is not valid: {why}. Use the token returned by the plan."),
             );
             return Err(ctx.reject(e, None).await);
+        }
+        // Confirmation keys are static: never fetched, so never unavailable.
+        Err(TokenFault::Unavailable) => {
+            return Err(ApiError::new(
+                Code::UpstreamUnavailable,
+                "The confirmation key is unavailable; retry shortly.",
+            ))
         }
     };
     let bound = [
