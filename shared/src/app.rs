@@ -258,18 +258,17 @@ fn cursor_key(cfg: &Config) -> Result<Vec<u8>, String> {
 /// (`airlock serve --backend aws`); a deployed Lambda passes `false`.
 pub async fn aws(cfg: Config, clock: SharedClock, dev_issuer: bool) -> Result<AppState, String> {
     let aws = crate::adapters::aws::Aws::connect().await?;
-    let signer: Arc<dyn Signer> = Arc::new(
-        crate::adapters::aws::KmsSigner::connect(aws.kms.clone(), &aws.names.signing_key_id)
-            .await?,
-    );
+    let signer: Arc<dyn Signer> = Arc::new(crate::adapters::aws::KmsSigner::new(
+        aws.kms.clone(),
+        &aws.names.signing_key_id,
+    ));
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
     Ok(AppState {
         auth: Arc::new(authenticator(&cfg, dev_issuer)?),
         cursors: CursorCodec::new(cursor_key(&cfg)?),
         confirmations: Arc::new(ConfirmationVerifier::new(
             &cfg.confirmation_audience,
-            signer.key_id(),
-            signer.public_key(),
+            signer.clone(),
         )),
         policy: Arc::new(policy),
         ports: Ports::aws(&aws, signer),
@@ -290,8 +289,7 @@ pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), S
         cursors: CursorCodec::new(cursor_key),
         confirmations: Arc::new(ConfirmationVerifier::new(
             &cfg.confirmation_audience,
-            signer.key_id(),
-            signer.public_key(),
+            signer.clone(),
         )),
         policy: Arc::new(policy),
         ports: Ports::sqlite(&db, signer),

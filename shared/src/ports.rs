@@ -270,7 +270,9 @@ pub struct QueueDepth {
 #[async_trait]
 pub trait Signer: Send + Sync {
     fn key_id(&self) -> &str;
-    fn public_key(&self) -> &p256::PublicKey;
+    /// The verification key; a KMS signer fetches it on first use and keeps it, so only
+    /// functions that verify confirmation tokens need `kms:GetPublicKey`.
+    async fn public_key(&self) -> StoreResult<p256::PublicKey>;
     /// The ES256 signature of `message` in JWS form (`r || s`, 64 bytes).
     async fn sign(&self, message: &[u8]) -> StoreResult<[u8; 64]>;
 }

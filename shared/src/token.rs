@@ -7,6 +7,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{es256_decoding_key, verify_jwt, Issuer, KeySet, KeySource, TokenFault};
+use std::sync::Arc;
+
 use crate::error::StoreResult;
 use crate::ports::Signer;
 
@@ -40,32 +42,62 @@ pub async fn sign(signer: &dyn Signer, claims: &ConfirmationClaims) -> StoreResu
     Ok(format!("{input}.{}", B64.encode(sig)))
 }
 
-/// Verifies confirmation tokens with the signer's public key, fetched once.
+/// Verifies confirmation tokens with the signer's public key, fetched once (on first use).
 pub struct ConfirmationVerifier {
-    keys: Issuer,
+    audience: String,
+    signer: Arc<dyn Signer>,
+    keys: tokio::sync::OnceCell<Issuer>,
 }
 
 impl ConfirmationVerifier {
-    pub fn new(audience: &str, kid: &str, public: &p256::PublicKey) -> Self {
-        let mut set = KeySet::default();
-        set.insert(
-            kid,
-            jsonwebtoken::Algorithm::ES256,
-            es256_decoding_key(public),
-        );
+    pub fn new(audience: &str, signer: Arc<dyn Signer>) -> Self {
         ConfirmationVerifier {
-            keys: Issuer::new(CONFIRMATION_ISSUER, audience, KeySource::Static(set)),
+            audience: audience.to_string(),
+            signer,
+            keys: tokio::sync::OnceCell::new(),
         }
     }
 
     pub fn audience(&self) -> &str {
-        &self.keys.audience
+        &self.audience
+    }
+
+    /// Fetches the public key now, so the first execute makes no signer call. The execute
+    /// function and `airlock serve` call it at start; nothing else needs the key.
+    pub async fn preload(&self) -> Result<(), String> {
+        self.issuer()
+            .await
+            .map(|_| ())
+            .map_err(|_| "could not load the confirmation-token public key".to_string())
+    }
+
+    async fn issuer(&self) -> Result<&Issuer, TokenFault> {
+        self.keys
+            .get_or_try_init(|| async {
+                let public = self.signer.public_key().await?;
+                let mut set = KeySet::default();
+                set.insert(
+                    self.signer.key_id(),
+                    jsonwebtoken::Algorithm::ES256,
+                    es256_decoding_key(&public),
+                );
+                Ok::<_, crate::error::StoreError>(Issuer::new(
+                    CONFIRMATION_ISSUER,
+                    &self.audience,
+                    KeySource::Static(set),
+                ))
+            })
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "could not load the confirmation public key");
+                TokenFault::Unavailable
+            })
     }
 
     /// Signature, algorithm (ES256 only), key id, issuer, audience and expiry (no skew:
     /// Airlock issued it on its own clock).
     pub async fn verify(&self, token: &str, now_s: i64) -> Result<ConfirmationClaims, TokenFault> {
-        let claims = verify_jwt(token, &self.keys, now_s, 0).await?;
+        let claims = verify_jwt(token, self.issuer().await?, now_s, 0).await?;
         serde_json::from_value(claims)
             .map_err(|_| TokenFault::Invalid("the token's claims have the wrong shape".into()))
     }

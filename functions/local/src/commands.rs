@@ -126,6 +126,7 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
 
 pub async fn serve(cfg: Config, backend: Backend, addr: &str, workers: bool) -> Result<(), String> {
     let state = state(cfg, backend).await?;
+    state.confirmations.preload().await?;
     if workers {
         let opts = airlock::worker::consumer::ConsumerOptions::from_config(&state.config);
         for q in [
@@ -293,6 +294,8 @@ pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), Strin
     let signer = &state.ports.signer;
     let pem = signer
         .public_key()
+        .await
+        .map_err(|e| e.to_string())?
         .to_public_key_pem(LineEnding::LF)
         .map_err(|e| e.to_string())?;
     eprintln!("kid: {}", signer.key_id());

@@ -38,8 +38,8 @@ impl Signer for LocalSigner {
         &self.kid
     }
 
-    fn public_key(&self) -> &p256::PublicKey {
-        &self.public
+    async fn public_key(&self) -> StoreResult<p256::PublicKey> {
+        Ok(self.public)
     }
 
     async fn sign(&self, message: &[u8]) -> StoreResult<[u8; 64]> {

@@ -319,7 +319,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
             );
             return Err(ctx.reject(e, None).await);
         }
-        // Confirmation keys are static: never fetched, so never unavailable.
+        // The signer's public key could not be fetched (KMS unreachable).
         Err(TokenFault::Unavailable) => {
             return Err(ApiError::new(
                 Code::UpstreamUnavailable,

@@ -1,6 +1,7 @@
 //! Confirmation-token signing with KMS: `Sign` with an `ECC_NIST_P256` key
 //! (`ECDSA_SHA_256`), the DER signature converted to the JWS `r || s` form. The public key
-//! is fetched once per cold start (`GetPublicKey`); verification never calls KMS.
+//! is fetched on first use (`GetPublicKey`, once per instance, only by functions that
+//! verify: execute); verification never calls KMS again.
 
 use async_trait::async_trait;
 use aws_sdk_kms::primitives::Blob;
@@ -13,30 +14,35 @@ use crate::ports::Signer;
 
 pub struct KmsSigner {
     client: aws_sdk_kms::Client,
-    /// The key's ARN: the JWS `kid`.
+    /// The key as configured (the template passes its ARN): the JWS `kid`.
     key_id: String,
-    public: p256::PublicKey,
+    public: tokio::sync::OnceCell<p256::PublicKey>,
 }
 
 impl KmsSigner {
-    /// Resolves the key (id, ARN or alias) and fetches its public key once.
-    pub async fn connect(client: aws_sdk_kms::Client, key: &str) -> Result<KmsSigner, String> {
-        let out = client
+    /// A signer for `key` (id, ARN or alias). Makes no call: nothing is fetched until a
+    /// token is signed or verified.
+    pub fn new(client: aws_sdk_kms::Client, key: &str) -> KmsSigner {
+        KmsSigner {
+            client,
+            key_id: key.to_string(),
+            public: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn fetch_public_key(&self) -> StoreResult<p256::PublicKey> {
+        let out = self
+            .client
             .get_public_key()
-            .key_id(key)
+            .key_id(&self.key_id)
             .send()
             .await
-            .map_err(|e| format!("KMS GetPublicKey {key}: {}", super::aws_error(&e)))?;
-        let der = out
-            .public_key()
-            .ok_or_else(|| format!("KMS key {key} returned no public key"))?;
-        let public = p256::PublicKey::from_public_key_der(der.as_ref())
-            .map_err(|e| format!("KMS key {key} is not an ECC_NIST_P256 key: {e}"))?;
-        let key_id = out.key_id().unwrap_or(key).to_string();
-        Ok(KmsSigner {
-            client,
-            key_id,
-            public,
+            .map_err(|e| unavailable("KMS GetPublicKey", &e))?;
+        let der = out.public_key().ok_or_else(|| {
+            StoreError::Unavailable("KMS GetPublicKey returned no public key".into())
+        })?;
+        p256::PublicKey::from_public_key_der(der.as_ref()).map_err(|e| {
+            StoreError::Corrupt(format!("the KMS key is not an ECC_NIST_P256 key: {e}"))
         })
     }
 }
@@ -47,8 +53,11 @@ impl Signer for KmsSigner {
         &self.key_id
     }
 
-    fn public_key(&self) -> &p256::PublicKey {
-        &self.public
+    async fn public_key(&self) -> StoreResult<p256::PublicKey> {
+        self.public
+            .get_or_try_init(|| self.fetch_public_key())
+            .await
+            .copied()
     }
 
     async fn sign(&self, message: &[u8]) -> StoreResult<[u8; 64]> {
