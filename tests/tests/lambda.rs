@@ -150,6 +150,12 @@ fn accounts_function_serves_api_gateway_rest_events() {
     let rid = response_header(&resp, "x-request-id").expect("x-request-id header");
     assert_eq!(body["request_id"], json!(rid), "{resp}");
 
+    // GET /health: no auth, outside the base path (the template routes it here).
+    let ev = apigw_rest_event("GET", "/health", &[], &[], None);
+    let (status, body, resp) = call(&mut f, ev);
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(body["status"], "ok", "{resp}");
+
     // (c) An unknown path on this function: the contract's 404 JSON.
     let (status, body, resp) = call(&mut f, event("GET", "/no-such-thing", &fx.auth(), None));
     assert_eq!(status, 404, "{resp}");
@@ -159,9 +165,9 @@ fn accounts_function_serves_api_gateway_rest_events() {
     assert_eq!(status, 404, "{resp}");
     assert_eq!(body["error"]["code"], "not_found", "{resp}");
 
-    // One process served all four events (one init, one `/next` per event; the poll after
+    // One process served all five events (one init, one `/next` per event; the poll after
     // the last answer may still be on its way).
-    assert!(emu.polls() >= 4, "polls: {}", emu.polls());
+    assert!(emu.polls() >= 5, "polls: {}", emu.polls());
     assert_eq!(f.pid(), pid);
     drop(f);
     assert_pid_gone(pid);

@@ -1,5 +1,6 @@
 //! Lambda entry point of the `accounts` endpoint. State is built once per cold start; the
-//! handler is `airlock::handlers::accounts`, the same code `airlock serve` mounts.
+//! handler is `airlock::handlers::accounts`, the same code `airlock serve` mounts. This
+//! function also answers the unauthenticated `GET /health`.
 
 use airlock::{app, handlers, http, telemetry};
 
@@ -7,5 +8,6 @@ use airlock::{app, handlers, http, telemetry};
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
     let state = app::from_env().await?;
-    lambda_http::run(http::app(handlers::accounts::routes(), state)).await
+    let routes = handlers::accounts::routes().merge(handlers::health::routes());
+    lambda_http::run(http::app(routes, state)).await
 }
