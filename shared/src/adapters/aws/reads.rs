@@ -142,6 +142,25 @@ impl Aws {
     }
 
     /// Merges per-partition newest-first lists into one page.
+    /// The newest `want` rows over several desks: one `by_desk` query per desk, merged.
+    async fn newest_by_desk(
+        &self,
+        table: &str,
+        desk_list: Vec<String>,
+        before: Option<&str>,
+        filters: &[(&str, String)],
+        want: usize,
+    ) -> StoreResult<Vec<Item>> {
+        let mut all = Vec::new();
+        for d in desk_list {
+            all.extend(
+                self.query_newest(table, "by_desk", ("desk", &d), before, filters, want)
+                    .await?,
+            );
+        }
+        Ok(Self::merge_newest(all, want))
+    }
+
     fn merge_newest(mut rows: Vec<Item>, limit: usize) -> Vec<Item> {
         rows.sort_by(|a, b| {
             let ka = opt_s(a, "created_key").unwrap_or_default();
@@ -339,21 +358,15 @@ impl OrderStore for Aws {
                 .await?
             }
             None => {
-                let mut all = Vec::new();
-                for d in self.desks(desks).await? {
-                    all.extend(
-                        self.query_newest(
-                            &self.names.orders,
-                            "by_desk",
-                            ("desk", &d),
-                            before.as_deref(),
-                            &filters,
-                            want,
-                        )
-                        .await?,
-                    );
-                }
-                Self::merge_newest(all, want)
+                let desk_list = self.desks(desks).await?;
+                self.newest_by_desk(
+                    &self.names.orders,
+                    desk_list,
+                    before.as_deref(),
+                    &filters,
+                    want,
+                )
+                .await?
             }
         };
         rows.iter().map(from_body).collect()
@@ -384,26 +397,19 @@ impl JobStore for Aws {
         if let Some(st) = filter.status {
             filters.push(("status", st.as_str().to_string()));
         }
-        let mut all = Vec::new();
         let mut desk_list = self.desks(desks).await?;
         desk_list.push(NO_DESK.to_string());
-        for d in desk_list {
-            all.extend(
-                self.query_newest(
-                    &self.names.jobs,
-                    "by_desk",
-                    ("desk", &d),
-                    before.as_deref(),
-                    &filters,
-                    want,
-                )
-                .await?,
-            );
-        }
-        Self::merge_newest(all, want)
-            .iter()
-            .map(from_body)
-            .collect()
+        self.newest_by_desk(
+            &self.names.jobs,
+            desk_list,
+            before.as_deref(),
+            &filters,
+            want,
+        )
+        .await?
+        .iter()
+        .map(from_body)
+        .collect()
     }
 }
 
