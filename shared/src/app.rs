@@ -130,7 +130,7 @@ fn key_source(
     if let Some(url) = url {
         let fetcher = match fetcher {
             Some(f) => f.clone(),
-            None => fetcher.insert(Arc::new(HttpFetcher::new()?)).clone(),
+            None => fetcher.insert(Arc::new(HttpFetcher::default())).clone(),
         };
         let timing = JwksTiming {
             cache_ttl: std::time::Duration::from_secs(cfg.jwks_cache_s.into()),

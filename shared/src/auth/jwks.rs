@@ -273,30 +273,33 @@ pub fn check_url(url: &str) -> Result<(), String> {
 }
 
 /// Fetches over HTTPS (rustls, the system's root certificates), 5 s timeout, 256 KiB cap.
+/// The client (and the root store) is built on the first fetch, so a function that never
+/// sees a token (a worker) pays nothing at cold start.
+#[derive(Default)]
 pub struct HttpFetcher {
-    client: hyper_util::client::legacy::Client<
-        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-        http_body_util::Empty<bytes::Bytes>,
-    >,
+    client: std::sync::OnceLock<Result<HttpsClient, String>>,
 }
+
+type HttpsClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Empty<bytes::Bytes>,
+>;
 
 const MAX_JWKS_BYTES: usize = 256 * 1024;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-impl HttpFetcher {
-    pub fn new() -> Result<Self, String> {
-        let provider = rustls::crypto::aws_lc_rs::default_provider();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider)
-            .map_err(|e| format!("loading the system's root certificates: {e}"))?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build(https);
-        Ok(HttpFetcher { client })
-    }
+fn https_client() -> Result<HttpsClient, String> {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider)
+        .map_err(|e| format!("loading the system's root certificates: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(https),
+    )
 }
 
 #[async_trait]
@@ -309,7 +312,12 @@ impl JwksFetcher for HttpFetcher {
             .body(http_body_util::Empty::new())
             .map_err(|e| e.to_string())?;
         let work = async {
-            let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+            let client = self
+                .client
+                .get_or_init(https_client)
+                .as_ref()
+                .map_err(|e| e.clone())?;
+            let resp = client.request(req).await.map_err(|e| e.to_string())?;
             if !resp.status().is_success() {
                 return Err(format!("the JWKS URL answered {}", resp.status()));
             }
