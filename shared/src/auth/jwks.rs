@@ -7,8 +7,9 @@
 //!   concurrent requests wait for the fetch in flight instead of starting their own.
 //! - A refetch replaces the whole set: a key the provider withdrew stops verifying.
 //! - If the provider is unreachable when the cache is stale, the last good set keeps
-//!   serving for up to `max_stale` (default 24 h): an IdP outage must not log every
-//!   operator out. With no usable set at all, requests fail with 503
+//!   serving for up to `max_stale` (default 24 h), retried at most once per cooldown: an
+//!   IdP outage must neither log every operator out nor make every request wait on a
+//!   fetch. With no usable set at all, requests fail with 503
 //!   `upstream_unavailable`, never with a 401 that blames the caller.
 //! - Only keys Airlock may use are kept: EC P-256 for ES256, RSA of at least 2048 bits
 //!   for RS256; `use` other than `sig`, other algorithms and symmetric keys are skipped.
@@ -222,15 +223,21 @@ impl JwksCache {
     async fn refresh(&self, kid: Option<&str>) -> Result<VerifyKey, KeyLookup> {
         let before = self.snapshot().map(|(k, _)| k);
         let _guard = self.fetching.lock().await;
-        // Another request may have fetched while this one waited.
-        if let Some((keys, age)) = self.snapshot() {
-            let refreshed = before.as_ref().is_none_or(|b| !Arc::ptr_eq(b, &keys));
-            if refreshed && age < self.timing.cache_ttl {
-                return keys.get(kid).cloned().ok_or(KeyLookup::Unknown);
+        // Every fetch, successful or not, is at most once per cooldown: during a provider
+        // outage requests use what is cached instead of each waiting on a fetch.
+        match self.snapshot() {
+            Some((keys, age)) => {
+                let fetched_meanwhile = before.as_ref().is_none_or(|b| !Arc::ptr_eq(b, &keys));
+                if fetched_meanwhile || (!self.may_refetch() && age < self.timing.max_stale) {
+                    return keys.get(kid).cloned().ok_or(KeyLookup::Unknown);
+                }
             }
-            if age < self.timing.cache_ttl && !self.may_refetch() {
-                return keys.get(kid).cloned().ok_or(KeyLookup::Unknown);
+            None if !self.may_refetch() => {
+                return Err(KeyLookup::Unavailable(
+                    "the last fetch failed; retrying after the cooldown".into(),
+                ))
             }
+            None => {}
         }
         *self.last_attempt.write().expect("lock") = Some(Instant::now());
         let fetched = self
@@ -453,6 +460,38 @@ mod tests {
             cold.key(Some("k1")).await,
             Err(KeyLookup::Unavailable(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn an_outage_costs_one_fetch_per_cooldown_not_one_per_request() {
+        let timing = JwksTiming {
+            cache_ttl: Duration::from_millis(20),
+            refetch_cooldown: Duration::from_secs(60),
+            max_stale: Duration::from_secs(60),
+        };
+        let (fake, c) = cache(serde_json::json!({"keys": [ec_jwk("k1")]}), timing);
+        assert!(c.key(Some("k1")).await.is_ok());
+        *fake.doc.lock().unwrap() = Err("timeout".into());
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        for _ in 0..20 {
+            assert!(c.key(Some("k1")).await.is_ok(), "stale keys serve");
+        }
+        assert_eq!(
+            fake.calls.load(Ordering::SeqCst),
+            1,
+            "no refetch inside the cooldown"
+        );
+
+        // Cold and down: one attempt, then 503s without waiting on more fetches.
+        let (fake, cold) = cache(serde_json::json!({"keys": []}), timing);
+        *fake.doc.lock().unwrap() = Err("timeout".into());
+        for _ in 0..5 {
+            assert!(matches!(
+                cold.key(Some("k1")).await,
+                Err(KeyLookup::Unavailable(_))
+            ));
+        }
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]
