@@ -245,6 +245,15 @@ pub trait Queue: Send + Sync {
         receipt: &str,
         delay_ms: u64,
     ) -> StoreResult<()>;
+    /// A signal raised on every send to `queue` from this process, so an idle in-process
+    /// consumer can wake at once instead of polling. `None` (the default): the queue cannot
+    /// tell (SQS, whose `receive` long-polls instead).
+    fn send_signal(
+        &self,
+        _queue: crate::domain::QueueTarget,
+    ) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
 }
 
 /// A received message.
@@ -329,8 +338,9 @@ pub trait WorkerStore: Send + Sync {
     ) -> StoreResult<bool>;
 }
 
-/// Storage of the paper broker: versioned JSON documents (the price table, one book per
-/// account), replaced only at the version read.
+/// Storage of the paper broker: versioned JSON documents (the price table, one book of
+/// positions per account, one document per broker order), replaced only at the version
+/// read. Version 0 means "does not exist yet".
 #[async_trait]
 pub trait PaperBookStore: Send + Sync {
     async fn load(&self, key: &str) -> StoreResult<(Option<serde_json::Value>, u64)>;
@@ -341,4 +351,18 @@ pub trait PaperBookStore: Send + Sync {
         doc: &serde_json::Value,
         expected_version: u64,
     ) -> StoreResult<bool>;
+    /// Saves several documents (at most a handful), each at its expected version, all or
+    /// nothing. `false`: one of them changed (or exists, for version 0); nothing was written.
+    async fn save_all(&self, docs: &[PaperDoc]) -> StoreResult<bool>;
+    /// Every document whose key starts with `prefix`, in no particular order. A scan, for
+    /// the CLI and tests, not for a worker's path.
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<serde_json::Value>>;
+}
+
+/// A document to save with [`PaperBookStore::save_all`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaperDoc {
+    pub key: String,
+    pub doc: serde_json::Value,
+    pub expected_version: u64,
 }

@@ -501,12 +501,10 @@ pub async fn reconcile_working_orders(st: &AppState) -> Result<usize, ApiError> 
             else {
                 continue;
             };
-            if order_status(ack.status) != order.status
-                || ack.filled_quantity != order.filled_quantity
-            {
-                if record(st, &order, &ack, st.clock.now_ms()).await? {
-                    updated += 1;
-                }
+            let moved = order_status(ack.status) != order.status
+                || ack.filled_quantity != order.filled_quantity;
+            if moved && record(st, &order, &ack, st.clock.now_ms()).await? {
+                updated += 1;
             }
         }
     }

@@ -5,8 +5,25 @@
 //! than the band from the reference is rejected, as a real broker's price-band check would.
 //! IOC and FOK orders that cannot fill at once are cancelled.
 //!
-//! Its book lives in [`PaperBookStore`] documents (the price table, one book per account),
-//! written with optimistic concurrency, so it survives worker crashes like a real broker.
+//! It keeps its state in [`PaperBookStore`] documents, written with optimistic concurrency,
+//! so it survives worker crashes like a real broker:
+//!
+//! - `prices`: the reference price table;
+//! - `account:{account}`: the account's book, which holds its positions only;
+//! - `order:{account}:{client order id}`: one document per order the broker accepted.
+//!
+//! **One document per order, never a history per account.** An order's document is created
+//! only if absent, in the same all-or-nothing write ([`PaperBookStore::save_all`]) as the
+//! position change of its fill, so deduplication on the client order id is exact and has no
+//! time limit: a resend of any client order id, however many orders later, finds the document
+//! and gets the same order back, and nothing is evicted. Every operation reads and writes at
+//! most three small documents (the price table, the book, the order), so its cost does not
+//! grow with the number of orders an account has had. Bounds: the book is about 100 bytes
+//! per symbol held (an account holds few), an order document about 330 bytes, far from
+//! DynamoDB's 400 KB item limit; what grows is the number of order documents, one per order,
+//! as a broker's order history (and Airlock's own `orders` table) does. Books written before
+//! this layout kept every order inside the account document; the first operation on such an
+//! account gives each of those orders its own document and drops them from the book.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,11 +35,23 @@ use serde::{Deserialize, Serialize};
 use super::broker::{Broker, BrokerOrder, BrokerPosition, BrokerStatus};
 use crate::domain::{OrderType, Price, Side, TimeInForce};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::PaperBookStore;
+use crate::ports::{PaperBookStore, PaperDoc};
 
 pub const PRICES_KEY: &str = "prices";
 const MAX_ROUNDS: usize = 16;
 
+/// An account's book as stored: its positions. `orders` is only ever non-empty in a book
+/// written before orders had their own documents; it is emptied on first use.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct StoredBook {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    orders: BTreeMap<String, BrokerOrder>,
+    #[serde(default)]
+    positions: BTreeMap<String, BrokerPosition>,
+}
+
+/// An account as the broker sees it (for the CLI): every order it accepted, by client
+/// order id, and its positions.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AccountBook {
     pub orders: BTreeMap<String, BrokerOrder>,
@@ -37,19 +66,33 @@ fn account_key(account_id: &str) -> String {
     format!("account:{account_id}")
 }
 
+fn order_prefix(account_id: &str) -> String {
+    format!("order:{account_id}:")
+}
+
+fn order_key(account_id: &str, client_order_id: &str) -> String {
+    format!("{}{client_order_id}", order_prefix(account_id))
+}
+
 fn decode<T: serde::de::DeserializeOwned + Default>(
     v: Option<serde_json::Value>,
 ) -> StoreResult<T> {
     match v {
         None => Ok(T::default()),
-        Some(v) => {
-            serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))
-        }
+        Some(v) => decode_doc(v),
     }
+}
+
+fn decode_doc<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> StoreResult<T> {
+    serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))
 }
 
 fn encode<T: Serialize>(v: &T) -> StoreResult<serde_json::Value> {
     serde_json::to_value(v).map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))
+}
+
+fn contention(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("paper broker {what}: too much contention"))
 }
 
 /// The price band: 20 % of the reference, at least 5.00.
@@ -105,27 +148,61 @@ pub fn apply_fill(
     (after, avg)
 }
 
-impl AccountBook {
-    fn fill(&mut self, coid: &str, price: Price) {
-        let Some(o) = self.orders.get_mut(coid) else {
-            return;
-        };
-        let qty = o.quantity - o.filled_quantity;
-        o.status = BrokerStatus::Filled;
-        o.filled_quantity = o.quantity;
-        o.avg_fill_price = Some(price);
-        let (side, symbol) = (o.side, o.symbol.clone());
-        let pos = self
-            .positions
-            .entry(symbol.clone())
-            .or_insert(BrokerPosition {
-                symbol,
-                quantity: 0,
-                avg_price: None,
-            });
-        let (q, avg) = apply_fill(pos.quantity, pos.avg_price, side, qty, price);
-        pos.quantity = q;
-        pos.avg_price = avg;
+/// Fills what is left of `o` at `price` and moves the account's position.
+fn fill(positions: &mut BTreeMap<String, BrokerPosition>, o: &mut BrokerOrder, price: Price) {
+    let qty = o.quantity - o.filled_quantity;
+    o.status = BrokerStatus::Filled;
+    o.filled_quantity = o.quantity;
+    o.avg_fill_price = Some(price);
+    let pos = positions.entry(o.symbol.clone()).or_insert(BrokerPosition {
+        symbol: o.symbol.clone(),
+        quantity: 0,
+        avg_price: None,
+    });
+    let (q, avg) = apply_fill(pos.quantity, pos.avg_price, o.side, qty, price);
+    pos.quantity = q;
+    pos.avg_price = avg;
+}
+
+/// The broker's answer to a new order at the `reference` price: rejected (no price, or
+/// outside the band), cancelled (IOC or FOK that cannot fill at once), working, or filled,
+/// which moves `positions`. `true` if it filled.
+fn accept(
+    order: &BrokerOrder,
+    reference: Option<Price>,
+    positions: &mut BTreeMap<String, BrokerPosition>,
+) -> (BrokerOrder, bool) {
+    let mut o = order.clone();
+    o.status = BrokerStatus::Working;
+    o.filled_quantity = 0;
+    o.avg_fill_price = None;
+    o.triggered = false;
+    let Some(reference) = reference else {
+        o.status = BrokerStatus::Rejected;
+        o.reason = Some(format!("no reference price for {}", o.symbol));
+        return (o, false);
+    };
+    for p in [o.limit_price, o.stop_price].into_iter().flatten() {
+        if (p.value() - reference.value()).abs() > band(reference.value()) {
+            o.status = BrokerStatus::Rejected;
+            o.reason = Some(format!(
+                "price {p} is outside the broker's band around the reference {reference}"
+            ));
+            return (o, false);
+        }
+    }
+    match crossing(&mut o, reference) {
+        Some(price) => {
+            fill(positions, &mut o, price);
+            (o, true)
+        }
+        None => {
+            if matches!(o.time_in_force, TimeInForce::Ioc | TimeInForce::Fok) {
+                o.status = BrokerStatus::Cancelled;
+                o.reason = Some(format!("{} order could not fill at once", o.time_in_force));
+            }
+            (o, false)
+        }
     }
 }
 
@@ -152,9 +229,7 @@ impl PaperBroker {
                 return Ok(());
             }
         }
-        Err(StoreError::Unavailable(
-            "paper broker price table: too much contention".into(),
-        ))
+        Err(contention("price table"))
     }
 
     /// Seeds an account's positions (the broker's view at start).
@@ -163,39 +238,78 @@ impl PaperBroker {
         account_id: &str,
         positions: &[BrokerPosition],
     ) -> StoreResult<()> {
-        self.update(account_id, |book| {
+        for _ in 0..MAX_ROUNDS {
+            let (mut book, version) = self.load_book(account_id).await?;
             for p in positions {
                 book.positions.insert(p.symbol.clone(), p.clone());
             }
-            Ok(())
-        })
-        .await
-        .map(|_| ())
+            if self
+                .store
+                .save(&account_key(account_id), &encode(&book)?, version)
+                .await?
+            {
+                return Ok(());
+            }
+        }
+        Err(contention("book"))
     }
 
-    /// Loads an account's book, lets `f` change it, saves it at the version read (again on
-    /// a conflict). Returns what `f` returned.
-    async fn update<R>(
-        &self,
-        account_id: &str,
-        mut f: impl FnMut(&mut AccountBook) -> StoreResult<R>,
-    ) -> StoreResult<R> {
+    /// An account's book and its version. A book from before orders had their own
+    /// documents is converted first: each of its orders gets its document (an existing one
+    /// is newer and kept), then the orders leave the book.
+    async fn load_book(&self, account_id: &str) -> StoreResult<(StoredBook, u64)> {
         let key = account_key(account_id);
         for _ in 0..MAX_ROUNDS {
             let (doc, version) = self.store.load(&key).await?;
-            let mut book: AccountBook = decode(doc)?;
-            let out = f(&mut book)?;
+            let mut book: StoredBook = decode(doc)?;
+            if book.orders.is_empty() {
+                return Ok((book, version));
+            }
+            for o in book.orders.values() {
+                let order_key = order_key(account_id, &o.client_order_id);
+                self.store.save(&order_key, &encode(o)?, 0).await?;
+            }
+            book.orders.clear();
             if self.store.save(&key, &encode(&book)?, version).await? {
-                return Ok(out);
+                return Ok((book, version + 1));
             }
         }
-        Err(StoreError::Unavailable(
-            "paper broker book: too much contention".into(),
-        ))
+        Err(contention("book"))
     }
 
+    /// An order the broker accepted, and its document's version.
+    async fn load_order(
+        &self,
+        account_id: &str,
+        client_order_id: &str,
+    ) -> StoreResult<Option<(BrokerOrder, u64)>> {
+        let key = order_key(account_id, client_order_id);
+        if let (Some(doc), version) = self.store.load(&key).await? {
+            return Ok(Some((decode_doc(doc)?, version)));
+        }
+        // It may still sit in a book from before order documents: convert, look again.
+        self.load_book(account_id).await?;
+        match self.store.load(&key).await? {
+            (Some(doc), version) => Ok(Some((decode_doc(doc)?, version))),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// The account as the broker sees it: every order it accepted and its positions.
+    /// Lists the account's order documents (a scan on DynamoDB): for the CLI and tests.
     pub async fn book(&self, account_id: &str) -> StoreResult<AccountBook> {
-        decode(self.store.load(&account_key(account_id)).await?.0)
+        let (stored, _) = self.load_book(account_id).await?;
+        let mut orders = BTreeMap::new();
+        for doc in self.store.list(&order_prefix(account_id)).await? {
+            let o: BrokerOrder = decode_doc(doc)?;
+            if o.account_id == account_id {
+                orders.insert(o.client_order_id.clone(), o);
+            }
+        }
+        Ok(AccountBook {
+            orders,
+            positions: stored.positions,
+        })
     }
 }
 
@@ -204,46 +318,34 @@ impl Broker for PaperBroker {
     async fn submit(&self, order: &BrokerOrder) -> StoreResult<BrokerOrder> {
         let prices = self.prices().await?;
         let reference = prices.get(&order.symbol).copied();
-        self.update(&order.account_id, |book| {
-            if let Some(existing) = book.orders.get(&order.client_order_id) {
-                // Duplicate client order id: the same order, not a new one.
-                return Ok(existing.clone());
+        let account = order.account_id.as_str();
+        let key = order_key(account, &order.client_order_id);
+        for _ in 0..MAX_ROUNDS {
+            // Loading the book also converts an old one, so every order has its document.
+            let (mut book, version) = self.load_book(account).await?;
+            let (o, filled) = accept(order, reference, &mut book.positions);
+            let mut docs = vec![PaperDoc {
+                key: key.clone(),
+                doc: encode(&o)?,
+                expected_version: 0,
+            }];
+            if filled {
+                docs.push(PaperDoc {
+                    key: account_key(account),
+                    doc: encode(&book)?,
+                    expected_version: version,
+                });
             }
-            let mut o = order.clone();
-            o.status = BrokerStatus::Working;
-            o.filled_quantity = 0;
-            o.avg_fill_price = None;
-            o.triggered = false;
-            let Some(reference) = reference else {
-                o.status = BrokerStatus::Rejected;
-                o.reason = Some(format!("no reference price for {}", o.symbol));
-                book.orders.insert(o.client_order_id.clone(), o.clone());
+            if self.store.save_all(&docs).await? {
                 return Ok(o);
-            };
-            for p in [o.limit_price, o.stop_price].into_iter().flatten() {
-                if (p.value() - reference.value()).abs() > band(reference.value()) {
-                    o.status = BrokerStatus::Rejected;
-                    o.reason = Some(format!(
-                        "price {p} is outside the broker's band around the reference {reference}"
-                    ));
-                    book.orders.insert(o.client_order_id.clone(), o.clone());
-                    return Ok(o);
-                }
             }
-            let fill = crossing(&mut o, reference);
-            let coid = o.client_order_id.clone();
-            let immediate = matches!(o.time_in_force, TimeInForce::Ioc | TimeInForce::Fok);
-            if fill.is_none() && immediate {
-                o.status = BrokerStatus::Cancelled;
-                o.reason = Some(format!("{} order could not fill at once", o.time_in_force));
+            // Nothing was written: the order exists already (a resend of the client order
+            // id: the same order, not a new one), or the book moved under us (try again).
+            if let (Some(doc), _) = self.store.load(&key).await? {
+                return decode_doc(doc);
             }
-            book.orders.insert(coid.clone(), o);
-            if let Some(price) = fill {
-                book.fill(&coid, price);
-            }
-            Ok(book.orders[&coid].clone())
-        })
-        .await
+        }
+        Err(contention("book"))
     }
 
     async fn cancel(
@@ -251,19 +353,24 @@ impl Broker for PaperBroker {
         account_id: &str,
         client_order_id: &str,
     ) -> StoreResult<Option<BrokerOrder>> {
-        self.update(account_id, |book| {
-            Ok(book.orders.get_mut(client_order_id).map(|o| {
-                if matches!(
-                    o.status,
-                    BrokerStatus::Working | BrokerStatus::PartiallyFilled
-                ) {
-                    o.status = BrokerStatus::Cancelled;
-                    o.reason = Some("cancelled on request".into());
-                }
-                o.clone()
-            }))
-        })
-        .await
+        for _ in 0..MAX_ROUNDS {
+            let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
+                return Ok(None);
+            };
+            if !matches!(
+                o.status,
+                BrokerStatus::Working | BrokerStatus::PartiallyFilled
+            ) {
+                return Ok(Some(o));
+            }
+            o.status = BrokerStatus::Cancelled;
+            o.reason = Some("cancelled on request".into());
+            let key = order_key(account_id, client_order_id);
+            if self.store.save(&key, &encode(&o)?, version).await? {
+                return Ok(Some(o));
+            }
+        }
+        Err(contention("order"))
     }
 
     async fn order(
@@ -272,26 +379,52 @@ impl Broker for PaperBroker {
         client_order_id: &str,
     ) -> StoreResult<Option<BrokerOrder>> {
         let prices = self.prices().await?;
-        self.update(account_id, |book| {
-            let Some(o) = book.orders.get_mut(client_order_id) else {
+        let key = order_key(account_id, client_order_id);
+        for _ in 0..MAX_ROUNDS {
+            let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
                 return Ok(None);
             };
-            if o.status == BrokerStatus::Working {
-                if let Some(reference) = prices.get(&o.symbol).copied() {
-                    if let Some(price) = crossing(o, reference) {
-                        book.fill(client_order_id, price);
-                    }
-                }
+            if o.status != BrokerStatus::Working {
+                return Ok(Some(o));
             }
-            Ok(book.orders.get(client_order_id).cloned())
-        })
-        .await
+            let Some(reference) = prices.get(&o.symbol).copied() else {
+                return Ok(Some(o));
+            };
+            let before = o.clone();
+            let saved = match crossing(&mut o, reference) {
+                None if o == before => return Ok(Some(o)),
+                // A stop was triggered but its limit does not trade yet.
+                None => self.store.save(&key, &encode(&o)?, version).await?,
+                Some(price) => {
+                    let (mut book, book_version) = self.load_book(account_id).await?;
+                    fill(&mut book.positions, &mut o, price);
+                    let docs = [
+                        PaperDoc {
+                            key: key.clone(),
+                            doc: encode(&o)?,
+                            expected_version: version,
+                        },
+                        PaperDoc {
+                            key: account_key(account_id),
+                            doc: encode(&book)?,
+                            expected_version: book_version,
+                        },
+                    ];
+                    self.store.save_all(&docs).await?
+                }
+            };
+            if saved {
+                return Ok(Some(o));
+            }
+        }
+        Err(contention("order"))
     }
 
     async fn positions(&self, account_id: &str) -> StoreResult<Vec<BrokerPosition>> {
         Ok(self
-            .book(account_id)
+            .load_book(account_id)
             .await?
+            .0
             .positions
             .into_values()
             .collect())
@@ -356,5 +489,228 @@ mod tests {
         assert!(!o.triggered);
         assert_eq!(crossing(&mut o, p("70.10")), Some(p("70.10")));
         assert!(o.triggered);
+    }
+
+    /// An in-memory [`PaperBookStore`] that records the largest document it was asked to
+    /// write and the most documents written at once.
+    #[derive(Default)]
+    struct MemStore {
+        docs: std::sync::Mutex<BTreeMap<String, (serde_json::Value, u64)>>,
+        largest_doc: std::sync::atomic::AtomicUsize,
+        most_docs: std::sync::atomic::AtomicUsize,
+    }
+
+    impl MemStore {
+        fn size(&self, key: &str) -> usize {
+            self.docs.lock().unwrap()[key].0.to_string().len()
+        }
+        fn keys(&self) -> usize {
+            self.docs.lock().unwrap().len()
+        }
+    }
+
+    #[async_trait]
+    impl PaperBookStore for MemStore {
+        async fn load(&self, key: &str) -> StoreResult<(Option<serde_json::Value>, u64)> {
+            Ok(match self.docs.lock().unwrap().get(key) {
+                Some((d, v)) => (Some(d.clone()), *v),
+                None => (None, 0),
+            })
+        }
+        async fn save(&self, key: &str, doc: &serde_json::Value, v: u64) -> StoreResult<bool> {
+            self.save_all(&[PaperDoc {
+                key: key.into(),
+                doc: doc.clone(),
+                expected_version: v,
+            }])
+            .await
+        }
+        async fn save_all(&self, docs: &[PaperDoc]) -> StoreResult<bool> {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut all = self.docs.lock().unwrap();
+            if docs
+                .iter()
+                .any(|d| all.get(&d.key).map(|x| x.1).unwrap_or(0) != d.expected_version)
+            {
+                return Ok(false);
+            }
+            self.most_docs.fetch_max(docs.len(), Relaxed);
+            for d in docs {
+                self.largest_doc.fetch_max(d.doc.to_string().len(), Relaxed);
+                all.insert(d.key.clone(), (d.doc.clone(), d.expected_version + 1));
+            }
+            Ok(true)
+        }
+        async fn list(&self, prefix: &str) -> StoreResult<Vec<serde_json::Value>> {
+            let all = self.docs.lock().unwrap();
+            Ok(all
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .map(|(_, (d, _))| d.clone())
+                .collect())
+        }
+    }
+
+    fn new_order(id: &str, side: Side, order_type: OrderType, limit: Option<&str>) -> BrokerOrder {
+        BrokerOrder {
+            client_order_id: id.into(),
+            account_id: "ACC-1".into(),
+            symbol: "CLF27".into(),
+            side,
+            quantity: 1,
+            order_type,
+            limit_price: limit.map(p),
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+            status: BrokerStatus::Working,
+            filled_quantity: 0,
+            avg_fill_price: None,
+            reason: None,
+            triggered: false,
+        }
+    }
+
+    async fn broker_at(price: &str) -> (Arc<MemStore>, PaperBroker) {
+        let store = Arc::new(MemStore::default());
+        let broker = PaperBroker::new(store.clone());
+        broker
+            .set_prices(&BTreeMap::from([("CLF27".to_string(), p(price))]))
+            .await
+            .unwrap();
+        (store, broker)
+    }
+
+    /// 5,000 orders on one account: alternating market buys and sells, and every tenth a
+    /// limit buy that rests.
+    async fn five_thousand_orders(broker: &PaperBroker) {
+        for i in 0..5_000 {
+            let side = if i % 2 == 0 { Side::Buy } else { Side::Sell };
+            let o = if i % 10 == 9 {
+                new_order(
+                    &format!("o-{i}"),
+                    Side::Buy,
+                    OrderType::Limit,
+                    Some("60.00"),
+                )
+            } else {
+                new_order(&format!("o-{i}"), side, OrderType::Market, None)
+            };
+            broker.submit(&o).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn the_book_stays_small_however_many_orders_an_account_has() {
+        let (store, broker) = broker_at("68.40").await;
+        five_thousand_orders(&broker).await;
+        let book = store.size("account:ACC-1");
+        assert!(
+            book < 200,
+            "the account book is {book} bytes after 5,000 orders"
+        );
+        let largest = store.largest_doc.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(largest < 400, "a {largest}-byte document was written");
+        let most = store.most_docs.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(most <= 2, "{most} documents written at once");
+        // Nothing was lost: every order is there, 500 of them still working.
+        let view = broker.book("ACC-1").await.unwrap();
+        assert_eq!(view.orders.len(), 5_000);
+        let working = view
+            .orders
+            .values()
+            .filter(|o| o.status == BrokerStatus::Working)
+            .count();
+        assert_eq!(working, 500);
+        // 2,500 market buys, 2,000 market sells (every tenth order, a sell, was a limit).
+        assert_eq!(view.positions["CLF27"].quantity, 500);
+    }
+
+    #[tokio::test]
+    async fn a_client_order_id_resent_thousands_of_orders_later_is_not_a_second_order() {
+        let (store, broker) = broker_at("68.40").await;
+        let first = new_order("o-first", Side::Buy, OrderType::Market, None);
+        let ack = broker.submit(&first).await.unwrap();
+        assert_eq!(ack.status, BrokerStatus::Filled);
+        five_thousand_orders(&broker).await;
+        broker
+            .set_prices(&BTreeMap::from([("CLF27".to_string(), p("70.00"))]))
+            .await
+            .unwrap();
+        let (docs, position) = (store.keys(), broker.positions("ACC-1").await.unwrap());
+        // The resend, as a restarted worker would send it (a new broker on the same store).
+        let again = PaperBroker::new(store.clone())
+            .submit(&first)
+            .await
+            .unwrap();
+        assert_eq!(again, ack, "the same order, filled at the first price");
+        assert_eq!(store.keys(), docs, "no new order document");
+        assert_eq!(
+            broker.positions("ACC-1").await.unwrap(),
+            position,
+            "no new fill"
+        );
+        assert_eq!(position[0].quantity, 501);
+    }
+
+    #[tokio::test]
+    async fn resting_orders_fill_once_when_the_price_crosses_and_cancels_stop_them() {
+        let (_store, broker) = broker_at("68.40").await;
+        let rest = new_order("o-rest", Side::Buy, OrderType::Limit, Some("68.00"));
+        let other = new_order("o-other", Side::Buy, OrderType::Limit, Some("67.00"));
+        assert_eq!(
+            broker.submit(&rest).await.unwrap().status,
+            BrokerStatus::Working
+        );
+        assert_eq!(
+            broker.submit(&other).await.unwrap().status,
+            BrokerStatus::Working
+        );
+        assert!(broker.positions("ACC-1").await.unwrap().is_empty());
+        broker
+            .set_prices(&BTreeMap::from([("CLF27".to_string(), p("67.90"))]))
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let o = broker.order("ACC-1", "o-rest").await.unwrap().unwrap();
+            assert_eq!(o.status, BrokerStatus::Filled);
+            assert_eq!(o.avg_fill_price, Some(p("67.90")));
+        }
+        let pos = broker.positions("ACC-1").await.unwrap();
+        assert_eq!((pos[0].quantity, pos[0].avg_price), (1, Some(p("67.90"))));
+        let c = broker.cancel("ACC-1", "o-other").await.unwrap().unwrap();
+        assert_eq!(c.status, BrokerStatus::Cancelled);
+        let filled = broker.cancel("ACC-1", "o-rest").await.unwrap().unwrap();
+        assert_eq!(
+            filled.status,
+            BrokerStatus::Filled,
+            "a filled order stays filled"
+        );
+        assert_eq!(broker.cancel("ACC-1", "o-unknown").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_book_from_before_order_documents_is_converted_and_still_deduplicates() {
+        let (store, broker) = broker_at("68.40").await;
+        let mut old = new_order("o-old", Side::Buy, OrderType::Market, None);
+        old.status = BrokerStatus::Filled;
+        old.filled_quantity = 1;
+        old.avg_fill_price = Some(p("60.00"));
+        let legacy = serde_json::json!({
+            "orders": { "o-old": old },
+            "positions": { "CLF27": { "symbol": "CLF27", "quantity": 1, "avg_price": "60.00" } },
+        });
+        assert!(store.save("account:ACC-1", &legacy, 0).await.unwrap());
+        let again = broker
+            .submit(&new_order("o-old", Side::Buy, OrderType::Market, None))
+            .await
+            .unwrap();
+        assert_eq!(again, old, "the order the old book held, not a new one");
+        assert_eq!(broker.positions("ACC-1").await.unwrap()[0].quantity, 1);
+        let doc = store.load("account:ACC-1").await.unwrap().0.unwrap();
+        assert!(
+            doc.get("orders").is_none(),
+            "the orders left the book: {doc}"
+        );
+        assert_eq!(broker.book("ACC-1").await.unwrap().orders["o-old"], old);
     }
 }

@@ -11,7 +11,7 @@ use super::ddb::{self, from_body, n, s, time_key, Item};
 use super::{unavailable, Aws};
 use crate::domain::{Account, ActionStatus, Job, Millis, Order, OrderStatus, Position};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PaperBookStore, PositionChange, WorkerStore};
+use crate::ports::{PaperBookStore, PaperDoc, PositionChange, WorkerStore};
 
 fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
     r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
@@ -316,6 +316,72 @@ impl PaperBookStore for Aws {
             Ok(_) => Ok(true),
             Err(e) if is_condition_failure(&e) => Ok(false),
             Err(e) => Err(unavailable("PutItem paper book", &e)),
+        }
+    }
+
+    async fn save_all(&self, docs: &[PaperDoc]) -> StoreResult<bool> {
+        if let [d] = docs {
+            return self.save(&d.key, &d.doc, d.expected_version).await;
+        }
+        let mut items = Vec::with_capacity(docs.len());
+        for d in docs {
+            let put = Put::builder()
+                .table_name(&self.names.paper_broker)
+                .item("key", s(d.key.clone()))
+                .item("version", n(d.expected_version as i64 + 1))
+                .item("doc", s(d.doc.to_string()));
+            let put = if d.expected_version == 0 {
+                put.condition_expression("attribute_not_exists(#k)")
+                    .expression_attribute_names("#k", "key")
+            } else {
+                put.condition_expression("version = :v")
+                    .expression_attribute_values(":v", n(d.expected_version as i64))
+            };
+            items.push(
+                TransactWriteItem::builder()
+                    .put(built(put.build())?)
+                    .build(),
+            );
+        }
+        match self
+            .ddb
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable("TransactWriteItems paper book", &e)),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<serde_json::Value>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .ddb
+                .scan()
+                .table_name(&self.names.paper_broker)
+                .consistent_read(true)
+                .filter_expression("begins_with(#k, :p)")
+                .expression_attribute_names("#k", "key")
+                .expression_attribute_values(":p", s(prefix))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| unavailable("Scan paper book", &e))?;
+            for item in page.items.unwrap_or_default() {
+                out.push(
+                    serde_json::from_str(ddb::get_s(&item, "doc")?)
+                        .map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))?,
+                );
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
         }
     }
 }

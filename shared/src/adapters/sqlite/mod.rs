@@ -30,6 +30,8 @@ struct Inner {
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next: AtomicUsize,
+    /// Raised on each send, per queue, for this process's consumers.
+    sent: queue::SendSignals,
 }
 
 fn open(path: &Path) -> rusqlite::Result<Connection> {
@@ -80,6 +82,7 @@ impl Sqlite {
                 writer: Mutex::new(writer),
                 readers,
                 next: AtomicUsize::new(0),
+                sent: queue::SendSignals::default(),
             }),
         })
     }

@@ -1,8 +1,18 @@
 //! The embedded queue: a SQLite table with a unique `(queue, dedup_id)`, so a resend of
 //! the same action is a no-op, like SQS FIFO deduplication.
+//!
+//! A message is `ready`, `in_flight` (received, hidden until `visible_at`), `done` (acked)
+//! or `dead` (dead-lettered). Done rows are kept only as long as their deduplication id
+//! must hold, SQS FIFO's 5-minute interval from the send ([`DEDUP_WINDOW_MS`]), then
+//! deleted by later acks, a few at a time; dead rows stay (they are the dead-letter queue).
+//! `receive` finds the head of each message group through the partial index `queue_live`
+//! (migration 3), one index seek per group, whatever the backlog.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use rusqlite::params;
+use tokio::sync::Notify;
 
 use super::{db_err, json_err, Sqlite};
 use crate::domain::QueueTarget;
@@ -13,6 +23,13 @@ use crate::ports::{Delivery, Queue, QueueDepth};
 use crate::records::QueueMessage;
 use crate::worker::consumer::MAX_RECEIVES;
 
+/// How long an acked message's deduplication id keeps a resend out: SQS FIFO's
+/// deduplication interval, counted from the send.
+pub const DEDUP_WINDOW_MS: i64 = 5 * 60 * 1000;
+
+/// Expired done rows deleted per ack: more than one, so the purge keeps up with the acks.
+const PURGE_PER_ACK: i64 = 64;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
     pub queue: String,
@@ -20,6 +37,41 @@ pub struct QueueStats {
     pub in_flight: i64,
     pub dead: i64,
 }
+
+/// One signal per queue, raised after each send commits (see [`Queue::send_signal`]).
+#[derive(Default)]
+pub(super) struct SendSignals {
+    orders: Arc<Notify>,
+    jobs: Arc<Notify>,
+}
+
+impl SendSignals {
+    fn get(&self, queue: QueueTarget) -> &Arc<Notify> {
+        match queue {
+            QueueTarget::Orders => &self.orders,
+            QueueTarget::Jobs => &self.jobs,
+        }
+    }
+}
+
+/// The head of each message group (its oldest live message) that is visible now, oldest
+/// first. A group whose head is in flight or delayed delivers nothing: FIFO per group, like
+/// an SQS FIFO queue's message groups. The recursive part walks the distinct groups, each
+/// step one seek in `queue_live`; the head of each group is one more.
+const RECEIVE: &str = "\
+    WITH RECURSIVE groups(k) AS ( \
+        SELECT (SELECT MIN(group_key) FROM queue \
+                WHERE queue = ?1 AND status IN ('ready', 'in_flight')) \
+        UNION ALL \
+        SELECT (SELECT MIN(group_key) FROM queue \
+                WHERE queue = ?1 AND status IN ('ready', 'in_flight') AND group_key > groups.k) \
+        FROM groups WHERE groups.k IS NOT NULL \
+    ) \
+    SELECT m.id, m.body, m.receive_count FROM groups \
+    JOIN queue m ON m.id = (SELECT MIN(id) FROM queue \
+                            WHERE queue = ?1 AND status IN ('ready', 'in_flight') AND group_key = groups.k) \
+    WHERE groups.k IS NOT NULL AND m.visible_at <= ?2 \
+    ORDER BY m.id LIMIT ?3";
 
 #[async_trait]
 impl Queue for Sqlite {
@@ -37,7 +89,17 @@ impl Queue for Sqlite {
             .map_err(db_err)?;
             Ok(())
         })
-        .await
+        .await?;
+        // A permit is kept if no consumer waits yet, so a send is never missed.
+        self.inner
+            .sent
+            .get(msg.action_type.queue_target())
+            .notify_one();
+        Ok(())
+    }
+
+    fn send_signal(&self, queue: QueueTarget) -> Option<Arc<Notify>> {
+        Some(self.inner.sent.get(queue).clone())
     }
 
     async fn receive(
@@ -49,18 +111,8 @@ impl Queue for Sqlite {
         let now = chrono::Utc::now().timestamp_millis();
         let q = queue.as_str().to_string();
         self.write(move |tx| {
-            // Per group, only the oldest live message, and only if none of its group is in
-            // flight: FIFO per account, like an SQS FIFO queue's message groups.
             let rows: Vec<(i64, String, i64)> = {
-                let mut st = tx
-                    .prepare_cached(
-                        "SELECT m.id, m.body, m.receive_count FROM queue m \
-                         WHERE m.queue = ?1 AND m.status IN ('ready', 'in_flight') AND m.visible_at <= ?2 \
-                           AND m.id = (SELECT MIN(id) FROM queue g WHERE g.queue = ?1 \
-                                       AND g.group_key = m.group_key AND g.status IN ('ready', 'in_flight')) \
-                         ORDER BY m.id LIMIT ?3",
-                    )
-                    .map_err(db_err)?;
+                let mut st = tx.prepare_cached(RECEIVE).map_err(db_err)?;
                 let it = st
                     .query_map(params![q, now, max], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .map_err(db_err)?;
@@ -94,9 +146,18 @@ impl Queue for Sqlite {
         let id: i64 = receipt
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("receipt {receipt}")))?;
+        let expired = chrono::Utc::now().timestamp_millis() - DEDUP_WINDOW_MS;
         self.write(move |tx| {
-            tx.execute("UPDATE queue SET status = 'done' WHERE id = ?", [id])
+            tx.prepare_cached("UPDATE queue SET status = 'done' WHERE id = ?")
+                .and_then(|mut st| st.execute([id]))
                 .map_err(db_err)?;
+            // Done rows whose deduplication window is over (index `queue_done`).
+            tx.prepare_cached(
+                "DELETE FROM queue WHERE id IN (SELECT id FROM queue \
+                 WHERE status = 'done' AND created_at < ? ORDER BY created_at LIMIT ?)",
+            )
+            .and_then(|mut st| st.execute(params![expired, PURGE_PER_ACK]))
+            .map_err(db_err)?;
             Ok(())
         })
         .await
@@ -160,5 +221,179 @@ impl Sqlite {
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db_err)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A fresh database in its own temporary directory (removed on drop).
+    pub struct TempDb {
+        pub db: Sqlite,
+        dir: std::path::PathBuf,
+    }
+
+    impl Drop for TempDb {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    pub fn temp_db(name: &str) -> TempDb {
+        let dir = std::env::temp_dir().join(format!(
+            "airlock-{name}-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+        ));
+        TempDb {
+            db: Sqlite::open(&dir).unwrap(),
+            dir,
+        }
+    }
+
+    fn msg(action_id: &str) -> QueueMessage {
+        serde_json::from_value(serde_json::json!({
+            "schema": "airlock.action.v1", "action_id": action_id, "plan_id": "p",
+            "action_type": "order.submit.cl", "normalized_payload": {}, "resource_refs": {},
+            "requested_by": "op", "service_principal": "svc", "enqueued_at": "t",
+            "trace": {"request_id": "r", "chat_session_id": null, "tool_call_id": null}
+        }))
+        .unwrap()
+    }
+
+    async fn send(db: &Sqlite, action_id: &str, group: &str) {
+        db.send(&msg(action_id), group, action_id).await.unwrap();
+    }
+
+    async fn receive(db: &Sqlite) -> Vec<(String, Delivery)> {
+        let batch = db.receive(QueueTarget::Orders, 10, 60_000).await.unwrap();
+        batch
+            .into_iter()
+            .map(|d| {
+                let m: QueueMessage = serde_json::from_str(&d.body).unwrap();
+                (m.action_id, d)
+            })
+            .collect()
+    }
+
+    fn ids(batch: &[(String, Delivery)]) -> Vec<&str> {
+        batch.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    async fn rows(db: &Sqlite, status: &str) -> i64 {
+        let status = status.to_string();
+        db.read(move |c| {
+            c.query_row(
+                "SELECT COUNT(*) FROM queue WHERE status = ?",
+                [status],
+                |r| r.get(0),
+            )
+            .map_err(db_err)
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_group_delivers_its_oldest_message_and_one_at_a_time() {
+        let t = temp_db("queue-fifo");
+        send(&t.db, "a1", "ACC-1").await;
+        send(&t.db, "a2", "ACC-1").await;
+        send(&t.db, "b1", "ACC-2").await;
+        send(&t.db, "c1", "ACC-3").await;
+        let first = receive(&t.db).await;
+        assert_eq!(ids(&first), ["a1", "b1", "c1"]);
+        assert!(
+            receive(&t.db).await.is_empty(),
+            "every group has one in flight"
+        );
+        t.db.ack(QueueTarget::Orders, &first[0].1.receipt)
+            .await
+            .unwrap();
+        assert_eq!(ids(&receive(&t.db).await), ["a2"]);
+        t.db.release(QueueTarget::Orders, &first[1].1.receipt, 0)
+            .await
+            .unwrap();
+        let again = receive(&t.db).await;
+        assert_eq!(ids(&again), ["b1"]);
+        assert_eq!(again[0].1.receive_count, 2);
+        let stats = t.db.depth().await.unwrap();
+        assert_eq!(
+            (stats[0].waiting, stats[0].in_flight, stats[0].dead_letters),
+            (0, 3, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_acked_message_keeps_out_resends_for_the_dedup_window_then_goes() {
+        let t = temp_db("queue-purge");
+        send(&t.db, "a1", "ACC-1").await;
+        let d = receive(&t.db).await;
+        t.db.ack(QueueTarget::Orders, &d[0].1.receipt)
+            .await
+            .unwrap();
+        send(&t.db, "a1", "ACC-1").await;
+        assert!(
+            receive(&t.db).await.is_empty(),
+            "deduplicated after the ack"
+        );
+        assert_eq!(rows(&t.db, "done").await, 1);
+        // Its window is over: the next ack purges it, and the same id is new again.
+        t.db.write(|tx| {
+            tx.execute(
+                "UPDATE queue SET created_at = created_at - ? WHERE status = 'done'",
+                [DEDUP_WINDOW_MS + 1],
+            )
+            .map_err(db_err)
+        })
+        .await
+        .unwrap();
+        send(&t.db, "b1", "ACC-2").await;
+        let d = receive(&t.db).await;
+        t.db.ack(QueueTarget::Orders, &d[0].1.receipt)
+            .await
+            .unwrap();
+        assert_eq!(rows(&t.db, "done").await, 1, "only b1's row is left");
+        send(&t.db, "a1", "ACC-1").await;
+        assert_eq!(ids(&receive(&t.db).await), ["a1"]);
+    }
+
+    #[tokio::test]
+    async fn receive_seeks_the_live_index_instead_of_scanning_the_backlog() {
+        let t = temp_db("queue-plan");
+        let plan: Vec<String> =
+            t.db.read(|c| {
+                let mut st = c
+                    .prepare(&format!("EXPLAIN QUERY PLAN {RECEIVE}"))
+                    .map_err(db_err)?;
+                let rows = st
+                    .query_map(params!["worker:orders", 0, 10], |r| r.get::<_, String>(3))
+                    .map_err(db_err)?;
+                rows.collect::<rusqlite::Result<_>>().map_err(db_err)
+            })
+            .await
+            .unwrap();
+        // Only the CTE's own rows are scanned; every access to the table is a seek.
+        for l in &plan {
+            let scan = l.starts_with("SCAN") && l != "SCAN groups" && l != "SCAN CONSTANT ROW";
+            let seek =
+                l.starts_with("SEARCH") && !l.contains("queue_live") && !l.contains("PRIMARY KEY");
+            assert!(!scan && !seek, "{l} in {plan:?}");
+        }
+        assert!(plan.iter().any(|l| l.contains("queue_live")), "{plan:?}");
+    }
+
+    #[tokio::test]
+    async fn a_send_wakes_a_waiting_consumer_even_if_it_starts_waiting_later() {
+        let t = temp_db("queue-signal");
+        let sent = t.db.send_signal(QueueTarget::Orders).unwrap();
+        let jobs = t.db.send_signal(QueueTarget::Jobs).unwrap();
+        send(&t.db, "a1", "ACC-1").await;
+        let woke = tokio::time::timeout(Duration::from_millis(500), sent.notified()).await;
+        assert!(woke.is_ok(), "the send left a permit");
+        let other = tokio::time::timeout(Duration::from_millis(50), jobs.notified()).await;
+        assert!(other.is_err(), "the jobs queue was not signalled");
     }
 }

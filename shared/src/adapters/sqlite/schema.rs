@@ -130,6 +130,15 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX queue_group ON queue(queue, group_key, status, id);
     "#,
+    // 3: the queue's receive seeks the head of each group in an index of live messages
+    // only (it replaces queue_group, whose status column split each group in two), and
+    // acked messages are purged after the deduplication window through queue_done.
+    r#"
+    DROP INDEX queue_group;
+    CREATE INDEX queue_live ON queue(queue, group_key, id)
+        WHERE status IN ('ready', 'in_flight');
+    CREATE INDEX queue_done ON queue(created_at) WHERE status = 'done';
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
@@ -149,4 +158,52 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.commit()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_2_database_migrates_and_keeps_its_queue() {
+        let path = std::env::temp_dir().join(format!(
+            "airlock-migrate-{}-{}.db",
+            std::process::id(),
+            chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+        ));
+        let mut c = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..2] {
+            c.execute_batch(sql).unwrap();
+        }
+        c.pragma_update(None, "user_version", 2).unwrap();
+        c.execute_batch(
+            "INSERT INTO queue (queue, group_key, dedup_id, body, status, visible_at, created_at) \
+             VALUES ('worker:orders', 'ACC-1', 'a', '{}', 'done', 0, 0), \
+                    ('worker:orders', 'ACC-1', 'b', '{}', 'ready', 0, 0);",
+        )
+        .unwrap();
+        migrate(&mut c).unwrap();
+        let version: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        let indexes: Vec<String> = c
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'queue'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(indexes.contains(&"queue_live".to_string()), "{indexes:?}");
+        assert!(indexes.contains(&"queue_done".to_string()), "{indexes:?}");
+        assert!(!indexes.contains(&"queue_group".to_string()), "{indexes:?}");
+        let n: i64 = c
+            .query_row("SELECT COUNT(*) FROM queue", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 2);
+        // Migrating again is a no-op.
+        migrate(&mut c).unwrap();
+        drop(c);
+        let _ = std::fs::remove_file(&path);
+    }
 }

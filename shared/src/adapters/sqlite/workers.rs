@@ -8,7 +8,7 @@ use super::reads::{job_row, order_row, query, ORDER_COLUMNS};
 use super::{db_err, json_err, Sqlite};
 use crate::domain::{ActionStatus, Job, Millis, Order, OrderStatus, Position};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PaperBookStore, PositionChange, WorkerStore};
+use crate::ports::{PaperBookStore, PaperDoc, PositionChange, WorkerStore};
 use crate::records::ActionRecord;
 
 fn put_order(tx: &Transaction, o: &Order, replace: bool) -> StoreResult<usize> {
@@ -275,5 +275,118 @@ impl PaperBookStore for Sqlite {
             Ok(n == 1)
         })
         .await
+    }
+
+    async fn save_all(&self, docs: &[PaperDoc]) -> StoreResult<bool> {
+        let docs: Vec<(String, String, u64)> = docs
+            .iter()
+            .map(|d| (d.key.clone(), d.doc.to_string(), d.expected_version))
+            .collect();
+        self.write(move |tx| {
+            // One writer, one IMMEDIATE transaction: check every version, then write.
+            for (key, _, expected) in &docs {
+                let version: Option<i64> = tx
+                    .prepare_cached("SELECT version FROM paper_book WHERE key = ?")
+                    .and_then(|mut st| st.query_row([key], |r| r.get(0)).optional())
+                    .map_err(db_err)?;
+                if version.unwrap_or(0) as u64 != *expected {
+                    return Ok(false);
+                }
+            }
+            for (key, doc, expected) in &docs {
+                tx.prepare_cached(
+                    "INSERT INTO paper_book (key, version, doc) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (key) DO UPDATE SET version = ?2, doc = ?3",
+                )
+                .and_then(|mut st| st.execute(params![key, *expected as i64 + 1, doc]))
+                .map_err(db_err)?;
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<serde_json::Value>> {
+        let prefix = prefix.to_string();
+        self.read(move |c| {
+            // A range on the primary key: [prefix, prefix + U+10FFFF).
+            let end = format!("{prefix}\u{10FFFF}");
+            let mut st = c
+                .prepare("SELECT doc FROM paper_book WHERE key >= ? AND key < ? ORDER BY key")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map(params![prefix, end], |r| r.get::<_, String>(0))
+                .map_err(db_err)?;
+            rows.map(|r| {
+                r.map_err(db_err)
+                    .and_then(|doc| serde_json::from_str(&doc).map_err(json_err))
+            })
+            .collect()
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::queue::tests::temp_db;
+    use super::*;
+    use serde_json::json;
+
+    fn doc(key: &str, doc: serde_json::Value, expected_version: u64) -> PaperDoc {
+        PaperDoc {
+            key: key.into(),
+            doc,
+            expected_version,
+        }
+    }
+
+    #[tokio::test]
+    async fn paper_documents_save_together_or_not_at_all() {
+        let t = temp_db("paper-save-all");
+        let db = &t.db;
+        assert!(db
+            .save_all(&[
+                doc("account:A", json!({"n": 1}), 0),
+                doc("order:A:1", json!(1), 0)
+            ])
+            .await
+            .unwrap());
+        // The order exists already: nothing is written, not even the book.
+        assert!(!db
+            .save_all(&[
+                doc("account:A", json!({"n": 2}), 1),
+                doc("order:A:1", json!(2), 0)
+            ])
+            .await
+            .unwrap());
+        assert_eq!(
+            db.load("account:A").await.unwrap(),
+            (Some(json!({"n": 1})), 1)
+        );
+        // A stale book version: nothing is written.
+        assert!(!db
+            .save_all(&[
+                doc("order:A:2", json!(2), 0),
+                doc("account:A", json!({"n": 3}), 7)
+            ])
+            .await
+            .unwrap());
+        assert_eq!(db.load("order:A:2").await.unwrap(), (None, 0));
+        assert!(db
+            .save_all(&[
+                doc("order:A:2", json!(2), 0),
+                doc("account:A", json!({"n": 3}), 1)
+            ])
+            .await
+            .unwrap());
+        assert_eq!(
+            db.load("account:A").await.unwrap(),
+            (Some(json!({"n": 3})), 2)
+        );
+        assert!(db.save("order:AB:1", &json!(9), 0).await.unwrap());
+        let mut listed = db.list("order:A:").await.unwrap();
+        listed.sort_by_key(|v| v.as_i64());
+        assert_eq!(listed, [json!(1), json!(2)]);
     }
 }
