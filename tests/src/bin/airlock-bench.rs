@@ -1570,19 +1570,39 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
             m
         });
     let book: Vec<String> = {
+        // The books and the price table by name; the order documents (one per broker
+        // order) summed up.
         let mut st = db
-            .prepare("SELECT key, LENGTH(doc) FROM paper_book ORDER BY key")
+            .prepare(
+                "SELECT key, LENGTH(doc) FROM paper_book WHERE key NOT LIKE 'order:%' ORDER BY key",
+            )
             .expect("prepare");
-        st.query_map([], |r| {
-            Ok(format!(
-                "{} {} bytes",
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?
-            ))
-        })
-        .expect("query")
-        .filter_map(Result::ok)
-        .collect()
+        let mut v: Vec<String> = st
+            .query_map([], |r| {
+                Ok(format!(
+                    "{} {} bytes",
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?
+                ))
+            })
+            .expect("query")
+            .filter_map(Result::ok)
+            .collect();
+        let (n, largest, total): (i64, Option<i64>, Option<i64>) = db
+            .query_row(
+                "SELECT COUNT(*), MAX(LENGTH(doc)), SUM(LENGTH(doc)) FROM paper_book WHERE key LIKE 'order:%'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .expect("query");
+        if n > 0 {
+            v.push(format!(
+                "{n} order documents, largest {} bytes, {} bytes in all",
+                largest.unwrap_or(0),
+                total.unwrap_or(0)
+            ));
+        }
+        v
     };
     drop(db);
     match wall {
