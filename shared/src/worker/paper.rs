@@ -19,7 +19,7 @@
 //! and gets the same order back, and nothing is evicted. Every operation reads and writes at
 //! most three small documents (the price table, the book, the order), so its cost does not
 //! grow with the number of orders an account has had. Bounds: the book is about 100 bytes
-//! per symbol held (an account holds few), an order document about 330 bytes, far from
+//! per symbol held (an account holds few), an order document about 300 bytes, far from
 //! DynamoDB's 400 KB item limit; what grows is the number of order documents, one per order,
 //! as a broker's order history (and Airlock's own `orders` table) does. Books written before
 //! this layout kept every order inside the account document; the first operation on such an
