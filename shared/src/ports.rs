@@ -263,6 +263,9 @@ pub struct Delivery {
     pub body: String,
     /// How many times it has been received, this time included.
     pub receive_count: u32,
+    /// Its message group (FIFO queues: the account). Messages of one group are handled in
+    /// order; different groups may be handled at the same time. `None`: no order to keep.
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,5 @@
-//! The in-process consumer `airlock serve` runs for each queue: receive a batch, handle each
-//! message, delete it when handled, release it for a later retry when not (after the
+//! The in-process consumer `airlock serve` runs for each queue: receive a batch, handle its
+//! messages (one group's in order, different groups at the same time), delete each when handled, release it for a later retry when not (after the
 //! queue's maximum receives it goes to the dead-letter queue, and the last attempt marks
 //! its action failed). Lambdas get their batches from SQS instead (`functions/worker-*`).
 //!
@@ -68,6 +68,26 @@ pub async fn settle(
     }
 }
 
+/// Splits a batch into chains, one per message group, each in the batch's order. Messages
+/// without a group are chains of their own.
+pub fn in_group_order(batch: Vec<Delivery>) -> Vec<Vec<Delivery>> {
+    let mut chains: Vec<Vec<Delivery>> = Vec::new();
+    let mut by_group: std::collections::HashMap<String, usize> = Default::default();
+    for d in batch {
+        match d.group.clone() {
+            Some(g) => match by_group.get(&g) {
+                Some(&i) => chains[i].push(d),
+                None => {
+                    by_group.insert(g, chains.len());
+                    chains.push(vec![d]);
+                }
+            },
+            None => chains.push(vec![d]),
+        }
+    }
+    chains
+}
+
 /// Runs forever: the worker loop of one queue.
 pub async fn run(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
     let sent = st.ports.queue.send_signal(queue);
@@ -81,14 +101,51 @@ pub async fn run(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
                 None => tokio::time::sleep(Duration::from_millis(opts.idle_ms)).await,
             },
             Ok(batch) => {
-                for d in &batch {
-                    settle(&st, queue, d, opts).await;
-                }
+                // One chain per message group, in the batch's order; chains run at once.
+                let chains = in_group_order(batch);
+                let st = &st;
+                futures_util::future::join_all(chains.iter().map(|chain| async move {
+                    for d in chain {
+                        settle(st, queue, d, opts).await;
+                    }
+                }))
+                .await;
             }
             Err(e) => {
                 tracing::error!(queue = %queue, error = %e, "receive failed");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(receipt: &str, group: Option<&str>) -> Delivery {
+        Delivery {
+            receipt: receipt.into(),
+            body: String::new(),
+            receive_count: 1,
+            group: group.map(String::from),
+        }
+    }
+
+    #[test]
+    fn chains_keep_each_groups_order() {
+        let chains = in_group_order(vec![
+            d("1", Some("ACC-1")),
+            d("2", Some("ACC-2")),
+            d("3", Some("ACC-1")),
+            d("4", None),
+            d("5", Some("ACC-2")),
+            d("6", None),
+        ]);
+        let ids: Vec<Vec<&str>> = chains
+            .iter()
+            .map(|c| c.iter().map(|d| d.receipt.as_str()).collect())
+            .collect();
+        assert_eq!(ids, [vec!["1", "3"], vec!["2", "5"], vec!["4"], vec!["6"]]);
     }
 }

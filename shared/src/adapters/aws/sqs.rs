@@ -56,6 +56,7 @@ impl Queue for Aws {
             .visibility_timeout(visibility_ms.div_ceil(1000).max(1) as i32)
             .wait_time_seconds(1)
             .message_system_attribute_names(A::ApproximateReceiveCount)
+            .message_system_attribute_names(A::MessageGroupId)
             .send()
             .await
             .map_err(|e| unavailable("ReceiveMessage", &e))?;
@@ -70,6 +71,10 @@ impl Queue for Aws {
                         .and_then(|a| a.get(&A::ApproximateReceiveCount))
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(1),
+                    group: m
+                        .attributes()
+                        .and_then(|a| a.get(&A::MessageGroupId))
+                        .cloned(),
                 })
             })
             .collect())

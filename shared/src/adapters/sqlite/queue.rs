@@ -67,7 +67,7 @@ const RECEIVE: &str = "\
                 WHERE queue = ?1 AND status IN ('ready', 'in_flight') AND group_key > groups.k) \
         FROM groups WHERE groups.k IS NOT NULL \
     ) \
-    SELECT m.id, m.body, m.receive_count FROM groups \
+    SELECT m.id, m.body, m.receive_count, m.group_key FROM groups \
     JOIN queue m ON m.id = (SELECT MIN(id) FROM queue \
                             WHERE queue = ?1 AND status IN ('ready', 'in_flight') AND group_key = groups.k) \
     WHERE groups.k IS NOT NULL AND m.visible_at <= ?2 \
@@ -111,15 +111,17 @@ impl Queue for Sqlite {
         let now = chrono::Utc::now().timestamp_millis();
         let q = queue.as_str().to_string();
         self.write(move |tx| {
-            let rows: Vec<(i64, String, i64)> = {
+            let rows: Vec<(i64, String, i64, String)> = {
                 let mut st = tx.prepare_cached(RECEIVE).map_err(db_err)?;
                 let it = st
-                    .query_map(params![q, now, max], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .query_map(params![q, now, max], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })
                     .map_err(db_err)?;
                 it.collect::<rusqlite::Result<_>>().map_err(db_err)?
             };
             let mut out = Vec::with_capacity(rows.len());
-            for (id, body, count) in rows {
+            for (id, body, count, group) in rows {
                 if count as u32 >= MAX_RECEIVES {
                     // Received as often as allowed (its consumer kept dying): dead-letter it.
                     tx.execute("UPDATE queue SET status = 'dead' WHERE id = ?", [id])
@@ -135,6 +137,7 @@ impl Queue for Sqlite {
                     receipt: id.to_string(),
                     body,
                     receive_count: count as u32 + 1,
+                    group: Some(group),
                 });
             }
             Ok(out)
