@@ -63,6 +63,40 @@ impl Aws {
     }
 }
 
+impl Aws {
+    /// Writes `item` unless an item with this key exists; either way returns the stored
+    /// record (the one written, or the one already there: a redelivery creates nothing).
+    async fn put_if_absent<T: Clone + serde::de::DeserializeOwned>(
+        &self,
+        table: &str,
+        key_name: &str,
+        key: &str,
+        item: Item,
+        record: &T,
+    ) -> StoreResult<T> {
+        let r = self
+            .ddb
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", key_name)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(record.clone()),
+            Err(e) if is_condition_failure(&e) => {
+                let item = self
+                    .get(table, &[(key_name, s(key))])
+                    .await?
+                    .ok_or_else(|| StoreError::Corrupt(format!("{key} vanished")))?;
+                from_body(&item)
+            }
+            Err(e) => Err(unavailable("PutItem", &e)),
+        }
+    }
+}
+
 #[async_trait]
 impl WorkerStore for Aws {
     async fn create_order(&self, o: &Order) -> StoreResult<Order> {
@@ -77,25 +111,8 @@ impl WorkerStore for Aws {
             ),
             ("body".to_string(), ddb::body(o)?),
         ]);
-        let r = self
-            .ddb
-            .put_item()
-            .table_name(&self.names.orders)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(order_id)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(o.clone()),
-            Err(e) if is_condition_failure(&e) => {
-                let item = self
-                    .get(&self.names.orders, &[("order_id", s(o.order_id.clone()))])
-                    .await?
-                    .ok_or_else(|| StoreError::Corrupt("order vanished".into()))?;
-                from_body(&item)
-            }
-            Err(e) => Err(unavailable("PutItem order", &e)),
-        }
+        self.put_if_absent(&self.names.orders, "order_id", &o.order_id, item, o)
+            .await
     }
 
     async fn advance_order(
@@ -148,25 +165,8 @@ impl WorkerStore for Aws {
             ),
             ("body".to_string(), ddb::body(j)?),
         ]);
-        let r = self
-            .ddb
-            .put_item()
-            .table_name(&self.names.jobs)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(job_id)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(j.clone()),
-            Err(e) if is_condition_failure(&e) => {
-                let item = self
-                    .get(&self.names.jobs, &[("job_id", s(j.job_id.clone()))])
-                    .await?
-                    .ok_or_else(|| StoreError::Corrupt("job vanished".into()))?;
-                from_body(&item)
-            }
-            Err(e) => Err(unavailable("PutItem job", &e)),
-        }
+        self.put_if_absent(&self.names.jobs, "job_id", &j.job_id, item, j)
+            .await
     }
 
     async fn finish_job(

@@ -412,33 +412,8 @@ impl ReadModelWriter for Sqlite {
     async fn put_orders(&self, rows: &[Order]) -> StoreResult<()> {
         let rows = rows.to_vec();
         self.write(move |tx| {
-            let mut st = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO orders (order_id, account_id, symbol, side, quantity, \
-                     order_type, limit_price, stop_price, time_in_force, status, filled_quantity, \
-                     avg_fill_price, action_id, created_at, updated_at) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .map_err(db_err)?;
-            for o in rows {
-                st.execute(params![
-                    o.order_id,
-                    o.account_id,
-                    o.symbol,
-                    o.side.as_str(),
-                    o.quantity,
-                    o.order_type.as_str(),
-                    o.limit_price.map(|x| x.to_string()),
-                    o.stop_price.map(|x| x.to_string()),
-                    o.time_in_force.as_str(),
-                    o.status.as_str(),
-                    o.filled_quantity,
-                    o.avg_fill_price.map(|x| x.to_string()),
-                    o.action_id,
-                    o.created_at,
-                    o.updated_at
-                ])
-                .map_err(db_err)?;
+            for o in &rows {
+                super::workers::put_order(tx, o, true)?;
             }
             Ok(())
         })

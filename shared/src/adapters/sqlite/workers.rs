@@ -11,7 +11,8 @@ use crate::error::{StoreError, StoreResult};
 use crate::ports::{PaperBookStore, PaperDoc, PositionChange, WorkerStore};
 use crate::records::ActionRecord;
 
-fn put_order(tx: &Transaction, o: &Order, replace: bool) -> StoreResult<usize> {
+/// Writes an order's row: replacing one with the same id, or (`replace` false) only if absent.
+pub(super) fn put_order(tx: &Transaction, o: &Order, replace: bool) -> StoreResult<usize> {
     let verb = if replace {
         "INSERT OR REPLACE"
     } else {
