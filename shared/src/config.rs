@@ -138,11 +138,34 @@ fn claim_name(name: &'static str, default: &str) -> Result<String, ConfigError> 
 }
 
 impl Config {
+    /// Rules across variables: the two token kinds must be told apart, and the JWKS
+    /// refetch cooldown may not outlast the cache.
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.service_issuer == self.operator_issuer
+            && self.service_audience == self.operator_audience
+            && self.service_audience_claim == self.operator_audience_claim
+        {
+            return Err(ConfigError {
+                var: "AIRLOCK_OPERATOR_AUDIENCE",
+                message: "service and operator tokens would be indistinguishable (same issuer, \
+                          audience and audience claim): give them different audiences"
+                    .into(),
+            });
+        }
+        if self.jwks_refetch_cooldown_s > self.jwks_cache_s {
+            return Err(ConfigError {
+                var: "AIRLOCK_JWKS_REFETCH_COOLDOWN_SECONDS",
+                message: "must not exceed AIRLOCK_JWKS_CACHE_SECONDS".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Reads `AIRLOCK_*` variables over the defaults. `state_dir` comes from the caller
     /// (the command line's `--state-dir`, itself defaulting to `AIRLOCK_STATE_DIR`).
     pub fn from_env() -> Result<Config, ConfigError> {
         let d = Config::default();
-        Ok(Config {
+        let c = Config {
             state_dir: var("AIRLOCK_STATE_DIR")
                 .map(PathBuf::from)
                 .unwrap_or(d.state_dir),
@@ -182,6 +205,8 @@ impl Config {
                 1_000,
                 43_200_000,
             )?,
-        })
+        };
+        c.check()?;
+        Ok(c)
     }
 }

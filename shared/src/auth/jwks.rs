@@ -220,24 +220,38 @@ impl JwksCache {
         self.refresh(kid).await
     }
 
+    /// What is cached, without fetching: the key if the set is still usable (younger
+    /// than `max_stale`), `Unknown` if it lacks this `kid`, `Unavailable` without a set.
+    fn cached_key(&self, kid: Option<&str>) -> Result<VerifyKey, KeyLookup> {
+        match self.snapshot() {
+            Some((keys, age)) if age < self.timing.max_stale => {
+                keys.get(kid).cloned().ok_or(KeyLookup::Unknown)
+            }
+            _ => Err(KeyLookup::Unavailable(
+                "no usable key set; the next fetch comes after the cooldown".into(),
+            )),
+        }
+    }
+
     async fn refresh(&self, kid: Option<&str>) -> Result<VerifyKey, KeyLookup> {
         let before = self.snapshot().map(|(k, _)| k);
-        let _guard = self.fetching.lock().await;
+        // With a usable set cached, nobody waits on a fetch another request is making:
+        // they use the cached set meanwhile (stale-while-revalidate).
+        let _guard = match self.fetching.try_lock() {
+            Ok(g) => g,
+            Err(_) if self.cached_key(kid).is_ok() => return self.cached_key(kid),
+            Err(_) => self.fetching.lock().await,
+        };
+        if let Some((keys, _)) = self.snapshot() {
+            if before.as_ref().is_none_or(|b| !Arc::ptr_eq(b, &keys)) {
+                // Fetched while this request waited.
+                return keys.get(kid).cloned().ok_or(KeyLookup::Unknown);
+            }
+        }
         // Every fetch, successful or not, is at most once per cooldown: during a provider
-        // outage requests use what is cached instead of each waiting on a fetch.
-        match self.snapshot() {
-            Some((keys, age)) => {
-                let fetched_meanwhile = before.as_ref().is_none_or(|b| !Arc::ptr_eq(b, &keys));
-                if fetched_meanwhile || (!self.may_refetch() && age < self.timing.max_stale) {
-                    return keys.get(kid).cloned().ok_or(KeyLookup::Unknown);
-                }
-            }
-            None if !self.may_refetch() => {
-                return Err(KeyLookup::Unavailable(
-                    "the last fetch failed; retrying after the cooldown".into(),
-                ))
-            }
-            None => {}
+        // outage requests use what is cached instead of each making a fetch.
+        if !self.may_refetch() {
+            return self.cached_key(kid);
         }
         *self.last_attempt.write().expect("lock") = Some(Instant::now());
         let fetched = self
@@ -257,12 +271,7 @@ impl JwksCache {
             }
             Err(why) => {
                 tracing::warn!(jwks_url = %self.url, error = %why, "could not fetch identity provider keys");
-                match self.snapshot() {
-                    Some((keys, age)) if age < self.timing.max_stale => {
-                        keys.get(kid).cloned().ok_or(KeyLookup::Unknown)
-                    }
-                    _ => Err(KeyLookup::Unavailable(why)),
-                }
+                self.cached_key(kid)
             }
         }
     }
@@ -488,6 +497,26 @@ mod tests {
         for _ in 0..5 {
             assert!(matches!(
                 cold.key(Some("k1")).await,
+                Err(KeyLookup::Unavailable(_))
+            ));
+        }
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn past_max_stale_the_cooldown_still_holds() {
+        let timing = JwksTiming {
+            cache_ttl: Duration::from_millis(10),
+            refetch_cooldown: Duration::from_secs(60),
+            max_stale: Duration::from_millis(30),
+        };
+        let (fake, c) = cache(serde_json::json!({"keys": [ec_jwk("k1")]}), timing);
+        assert!(c.key(Some("k1")).await.is_ok());
+        *fake.doc.lock().unwrap() = Err("down".into());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        for _ in 0..5 {
+            assert!(matches!(
+                c.key(Some("k1")).await,
                 Err(KeyLookup::Unavailable(_))
             ));
         }

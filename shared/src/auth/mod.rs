@@ -211,20 +211,38 @@ pub async fn verify_jwt(
             issuer.audience_claim
         )));
     }
-    let num = |k: &str| claims.get(k).and_then(|v| v.as_i64());
-    let exp = num("exp").ok_or_else(|| TokenFault::Invalid("exp must be a number".into()))?;
+    // Times are whole seconds within ±2^40 (about 35,000 years), so no sum below can
+    // overflow; a time claim that is present but not such a number refuses the token.
+    let time = |k: &str| -> Result<Option<i64>, TokenFault> {
+        match claims.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .filter(|t| t.abs() < 1 << 40)
+                .map(Some)
+                .ok_or_else(|| {
+                    TokenFault::Invalid(format!("{k} must be a whole number of seconds"))
+                }),
+        }
+    };
+    let exp = time("exp")?.ok_or_else(|| TokenFault::Invalid("exp is missing".into()))?;
+    let nbf = time("nbf")?;
+    let iat = time("iat")?;
     if now_s > exp + skew_s {
         return Err(TokenFault::Expired(exp));
     }
-    if let Some(nbf) = num("nbf") {
-        if nbf > now_s + skew_s {
-            return Err(TokenFault::Invalid("the token is not valid yet".into()));
-        }
+    if nbf.is_some_and(|nbf| nbf > now_s + skew_s) {
+        return Err(TokenFault::Invalid("the token is not valid yet".into()));
     }
-    if let Some(iat) = num("iat") {
+    if let Some(iat) = iat {
         if iat > now_s + skew_s {
             return Err(TokenFault::Invalid(
                 "the token was issued in the future".into(),
+            ));
+        }
+        if iat > exp {
+            return Err(TokenFault::Invalid(
+                "the token expires before it was issued".into(),
             ));
         }
     }
