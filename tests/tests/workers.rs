@@ -19,7 +19,8 @@ fn workers_on(b: Backend, extra: &[(&str, &str)]) -> Server {
 
 /// Polls the action until it is no longer queued or processing.
 async fn settled(t: &Api, action_id: &str) -> Resp {
-    for _ in 0..150 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         let r = t.get(&format!("/actions/{action_id}")).await;
         if r["status"] != "queued" && r["status"] != "processing" {
             return r;
@@ -149,6 +150,49 @@ async fn a_worker_that_dies_after_the_broker_accepted_does_not_order_twice(b: Ba
         "the client order id stopped a second order"
     );
     assert_eq!(position(&t, "ACC-1", "CLF27").await, 6);
+}
+
+both!(a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twice);
+async fn a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twice(b: Backend) {
+    // The order worker dies after the broker filled; the redelivery waits out its
+    // visibility timeout, and a positions.sync of the same account runs before it. On the
+    // emulator every call queues behind the consumers' one-second long polls (moto serves
+    // one request at a time), so a sync there takes several seconds: a longer timeout.
+    let visibility = if b == Backend::Aws { "25000" } else { "4000" };
+    let slow = [
+        ("AIRLOCK_FAILPOINTS", "worker.after_broker"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", visibility),
+    ];
+    let s = workers_on(b, &slow);
+    let t = s.trader();
+    let e = execute_order(&t, market(3), "die-sync-1", "call-die-sync").await;
+    let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
+    let stack = s.wait_exit(Duration::from_secs(20));
+    let s = stack.start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", visibility),
+    ]);
+    let t = s.trader();
+    let p = t
+        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-1"}, "requested_by": "op-energy-trader"}))
+        .await;
+    let sync = t.execute(&p, "sync-after-crash").await;
+    assert_eq!(sync.status, 202, "{:?}", sync.body);
+    let done = settled(&t, sync["action_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "succeeded", "{:?}", done.body);
+    assert_eq!(
+        order(&t, &order_id).await["status"],
+        "filled",
+        "the sync recorded the fill the dead worker left behind"
+    );
+    assert_eq!(position(&t, "ACC-1", "CLF27").await, 6);
+    // The order's redelivery finds it filled: nothing more to add.
+    let a = settled(&t, e["action_id"].as_str().unwrap()).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(position(&t, "ACC-1", "CLF27").await, 6, "counted once");
+    assert_eq!(broker_orders(&s, "ACC-1"), 1);
 }
 
 both!(a_poison_message_is_dead_lettered_and_its_action_fails);

@@ -105,8 +105,18 @@ pub async fn run(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
                 let chains = in_group_order(batch);
                 let st = &st;
                 futures_util::future::join_all(chains.iter().map(|chain| async move {
-                    for d in chain {
-                        settle(st, queue, d, opts).await;
+                    let mut rest = chain.iter();
+                    for d in rest.by_ref() {
+                        if !settle(st, queue, d, opts).await {
+                            break;
+                        }
+                    }
+                    // A message of the group failed: its later ones wait for it (unhandled,
+                    // visible again at once; the failed one comes first when it is due).
+                    for d in rest {
+                        if let Err(e) = st.ports.queue.release(queue, &d.receipt, 0).await {
+                            tracing::error!(error = %e, "could not release a message");
+                        }
                     }
                 }))
                 .await;

@@ -417,6 +417,32 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     if job.status != JobStatus::Running {
         return Ok(Outcome::AlreadyDone);
     }
+    // First record every fill the broker made on this account's open orders, so a fill an
+    // order worker has not recorded yet (it died after the broker answered) is recorded
+    // now, once: the broker's positions below already include it, and the order's status
+    // then tells the order worker's redelivery there is nothing left to add.
+    for status in [
+        OrderStatus::Submitted,
+        OrderStatus::Working,
+        OrderStatus::PartiallyFilled,
+    ] {
+        let filter = crate::ports::OrderFilter {
+            account_id: Some(account.clone()),
+            status: Some(status),
+        };
+        let page = Page {
+            after: None,
+            limit: 10_000,
+        };
+        for order in st
+            .ports
+            .orders
+            .list_orders(&DeskScope::All, &filter, &page)
+            .await?
+        {
+            reconcile_order(st, &order).await?;
+        }
+    }
     let broker = st.ports.broker.positions(&account).await?;
     let page = Page {
         after: None,
@@ -468,11 +494,37 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         result: Some(result.clone()),
         ..job
     };
-    st.ports
+    if st
+        .ports
         .workers
         .finish_job(&done, &result, Some((&account, &rows)))
-        .await?;
-    Ok(Outcome::Succeeded)
+        .await?
+    {
+        return Ok(Outcome::Succeeded);
+    }
+    // Not written: another delivery finished the job, or (DynamoDB) the write conflicted.
+    // (`create_job` of an existing job returns the stored one.)
+    match st.ports.workers.create_job(&done).await? {
+        j if j.status != JobStatus::Running => Ok(Outcome::AlreadyDone),
+        _ => Err(ApiError::unavailable(format!(
+            "job {job_id}: positions changed during the sync; retrying"
+        ))),
+    }
+}
+
+/// Asks the broker about one order and records what moved. `true` if it recorded a change.
+async fn reconcile_order(st: &AppState, order: &Order) -> Result<bool, ApiError> {
+    let Some(ack) = st
+        .ports
+        .broker
+        .order(&order.account_id, &order.order_id)
+        .await?
+    else {
+        return Ok(false);
+    };
+    let moved =
+        order_status(ack.status) != order.status || ack.filled_quantity != order.filled_quantity;
+    Ok(moved && record(st, order, &ack, st.clock.now_ms()).await?)
 }
 
 /// Asks the broker about every working order (after a price change) and records fills.
@@ -493,17 +545,7 @@ pub async fn reconcile_working_orders(st: &AppState) -> Result<usize, ApiError> 
             .list_orders(&DeskScope::All, &filter, &page)
             .await?
         {
-            let Some(ack) = st
-                .ports
-                .broker
-                .order(&order.account_id, &order.order_id)
-                .await?
-            else {
-                continue;
-            };
-            let moved = order_status(ack.status) != order.status
-                || ack.filled_quantity != order.filled_quantity;
-            if moved && record(st, &order, &ack, st.clock.now_ms()).await? {
+            if reconcile_order(st, &order).await? {
                 updated += 1;
             }
         }

@@ -150,7 +150,7 @@ pub fn apply_fill(
 
 /// Fills what is left of `o` at `price` and moves the account's position.
 fn fill(positions: &mut BTreeMap<String, BrokerPosition>, o: &mut BrokerOrder, price: Price) {
-    let qty = o.quantity - o.filled_quantity;
+    let qty = o.quantity.saturating_sub(o.filled_quantity);
     o.status = BrokerStatus::Filled;
     o.filled_quantity = o.quantity;
     o.avg_fill_price = Some(price);

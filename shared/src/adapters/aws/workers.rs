@@ -17,14 +17,37 @@ fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
     r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
 }
 
-fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata, R>(
+/// A failed condition, or a transaction cancelled because of one (`ConditionalCheckFailed`)
+/// or because another transaction touched the same items (`TransactionConflict`): the
+/// caller reads again and decides again. A transaction cancelled for anything else
+/// (throttling, validation) is an error, so the message is retried rather than settled.
+fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static, R>(
     e: &SdkError<E, R>,
 ) -> bool {
-    match e {
-        SdkError::ServiceError(se) => matches!(
-            se.err().code(),
-            Some("ConditionalCheckFailedException") | Some("TransactionCanceledException")
-        ),
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    let SdkError::ServiceError(se) = e else {
+        return false;
+    };
+    match se.err().code() {
+        Some("ConditionalCheckFailedException") => true,
+        Some("TransactionCanceledException") => {
+            let any: &dyn std::any::Any = se.err();
+            match any.downcast_ref::<TransactWriteItemsError>() {
+                Some(TransactWriteItemsError::TransactionCanceledException(tc)) => {
+                    let codes: Vec<_> = tc
+                        .cancellation_reasons()
+                        .iter()
+                        .filter_map(|r| r.code())
+                        .filter(|c| *c != "None")
+                        .collect();
+                    !codes.is_empty()
+                        && codes
+                            .iter()
+                            .all(|c| matches!(*c, "ConditionalCheckFailed" | "TransactionConflict"))
+                }
+                _ => false,
+            }
+        }
         _ => false,
     }
 }

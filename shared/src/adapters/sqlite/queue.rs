@@ -73,6 +73,14 @@ const RECEIVE: &str = "\
     WHERE groups.k IS NOT NULL AND m.visible_at <= ?2 \
     ORDER BY m.id LIMIT ?3";
 
+/// `id:receive_count`, as `receive` hands it out.
+fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
+    receipt
+        .split_once(':')
+        .and_then(|(id, n)| Some((id.parse().ok()?, n.parse().ok()?)))
+        .ok_or_else(|| StoreError::Corrupt(format!("receipt {receipt}")))
+}
+
 #[async_trait]
 impl Queue for Sqlite {
     async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()> {
@@ -134,7 +142,10 @@ impl Queue for Sqlite {
                 )
                 .map_err(db_err)?;
                 out.push(Delivery {
-                    receipt: id.to_string(),
+                    // The receive count makes the receipt this delivery's own: a stale
+                    // receipt (its visibility ran out and the message was received again)
+                    // acks or releases nothing, as with SQS.
+                    receipt: format!("{id}:{}", count + 1),
                     body,
                     receive_count: count as u32 + 1,
                     group: Some(group),
@@ -146,14 +157,15 @@ impl Queue for Sqlite {
     }
 
     async fn ack(&self, _queue: QueueTarget, receipt: &str) -> StoreResult<()> {
-        let id: i64 = receipt
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("receipt {receipt}")))?;
+        let (id, count) = parse_receipt(receipt)?;
         let expired = chrono::Utc::now().timestamp_millis() - DEDUP_WINDOW_MS;
         self.write(move |tx| {
-            tx.prepare_cached("UPDATE queue SET status = 'done' WHERE id = ?")
-                .and_then(|mut st| st.execute([id]))
-                .map_err(db_err)?;
+            tx.prepare_cached(
+                "UPDATE queue SET status = 'done' \
+                 WHERE id = ? AND receive_count = ? AND status = 'in_flight'",
+            )
+            .and_then(|mut st| st.execute([id, count]))
+            .map_err(db_err)?;
             // Done rows whose deduplication window is over (index `queue_done`).
             tx.prepare_cached(
                 "DELETE FROM queue WHERE id IN (SELECT id FROM queue \
@@ -167,15 +179,13 @@ impl Queue for Sqlite {
     }
 
     async fn release(&self, _queue: QueueTarget, receipt: &str, delay_ms: u64) -> StoreResult<()> {
-        let id: i64 = receipt
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("receipt {receipt}")))?;
+        let (id, count) = parse_receipt(receipt)?;
         let now = chrono::Utc::now().timestamp_millis();
         self.write(move |tx| {
             tx.execute(
                 "UPDATE queue SET status = CASE WHEN receive_count >= ? THEN 'dead' ELSE 'ready' END, \
-                 visible_at = ? WHERE id = ?",
-                params![MAX_RECEIVES, now + delay_ms as i64, id],
+                 visible_at = ? WHERE id = ? AND receive_count = ? AND status = 'in_flight'",
+                params![MAX_RECEIVES, now + delay_ms as i64, id, count],
             )
             .map_err(db_err)?;
             Ok(())
@@ -327,6 +337,32 @@ pub(super) mod tests {
             (stats[0].waiting, stats[0].in_flight, stats[0].dead_letters),
             (0, 3, 0)
         );
+    }
+
+    #[tokio::test]
+    async fn a_stale_receipt_acks_and_releases_nothing() {
+        let t = temp_db("queue-stale-receipt");
+        send(&t.db, "a1", "ACC-1").await;
+        let first = t.db.receive(QueueTarget::Orders, 10, 1).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        // Visibility ran out: received again; the first receipt is now stale.
+        let second = receive(&t.db).await;
+        assert_eq!(second[0].1.receive_count, 2);
+        t.db.release(QueueTarget::Orders, &first[0].receipt, 0)
+            .await
+            .unwrap();
+        t.db.ack(QueueTarget::Orders, &first[0].receipt)
+            .await
+            .unwrap();
+        assert_eq!(
+            rows(&t.db, "in_flight").await,
+            1,
+            "the stale receipt did nothing"
+        );
+        t.db.ack(QueueTarget::Orders, &second[0].1.receipt)
+            .await
+            .unwrap();
+        assert_eq!(rows(&t.db, "done").await, 1);
     }
 
     #[tokio::test]
