@@ -421,28 +421,16 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     // order worker has not recorded yet (it died after the broker answered) is recorded
     // now, once: the broker's positions below already include it, and the order's status
     // then tells the order worker's redelivery there is nothing left to add.
-    for status in [
-        OrderStatus::Submitted,
-        OrderStatus::Working,
-        OrderStatus::PartiallyFilled,
-    ] {
-        let filter = crate::ports::OrderFilter {
-            account_id: Some(account.clone()),
-            status: Some(status),
-        };
-        let page = Page {
-            after: None,
-            limit: 10_000,
-        };
-        for order in st
-            .ports
-            .orders
-            .list_orders(&DeskScope::All, &filter, &page)
-            .await?
-        {
-            reconcile_order(st, &order).await?;
-        }
-    }
+    reconcile_orders(
+        st,
+        Some(&account),
+        &[
+            OrderStatus::Submitted,
+            OrderStatus::Working,
+            OrderStatus::PartiallyFilled,
+        ],
+    )
+    .await?;
     let broker = st.ports.broker.positions(&account).await?;
     let page = Page {
         after: None,
@@ -529,10 +517,25 @@ async fn reconcile_order(st: &AppState, order: &Order) -> Result<bool, ApiError>
 
 /// Asks the broker about every working order (after a price change) and records fills.
 pub async fn reconcile_working_orders(st: &AppState) -> Result<usize, ApiError> {
+    reconcile_orders(
+        st,
+        None,
+        &[OrderStatus::Working, OrderStatus::PartiallyFilled],
+    )
+    .await
+}
+
+/// Asks the broker about the orders in `statuses` (of one account, or all) and records
+/// what moved. Returns how many changed.
+async fn reconcile_orders(
+    st: &AppState,
+    account: Option<&str>,
+    statuses: &[OrderStatus],
+) -> Result<usize, ApiError> {
     let mut updated = 0;
-    for status in [OrderStatus::Working, OrderStatus::PartiallyFilled] {
+    for &status in statuses {
         let filter = crate::ports::OrderFilter {
-            account_id: None,
+            account_id: account.map(str::to_string),
             status: Some(status),
         };
         let page = Page {
