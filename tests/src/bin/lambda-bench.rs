@@ -703,9 +703,9 @@ fn main() {
     println!();
     println!(
         "Embedded backend (SQLite in a temp dir, local keys). On the AWS backend, init also \
-         builds the AWS SDK clients and makes one KMS GetPublicKey call (the confirmation \
-         signer, built by every function's state) before the first /next: add those round \
-         trips to the init figures. Burst latency is emulator round trip with {} callers \
+         builds the AWS SDK clients, and the execute function makes one KMS GetPublicKey \
+         call (the key that verifies confirmation tokens) before the first /next: add those \
+         round trips to the init figures. Burst latency is emulator round trip with {} callers \
          queued against one sequential function process (Lambda's model: one invocation at a \
          time per environment).",
         o.callers
