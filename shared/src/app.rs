@@ -157,6 +157,12 @@ fn key_source(
 /// The authenticator of this process: each token kind verified against its provider's
 /// JWKS, or the local dev issuer where allowed (see [`key_source`]).
 pub fn authenticator(cfg: &Config, dev_fallback: bool) -> Result<Authenticator, String> {
+    if dev_fallback && cfg.service_jwks_url.is_some() != cfg.operator_jwks_url.is_some() {
+        tracing::warn!(
+            "only one of AIRLOCK_SERVICE_JWKS_URL and AIRLOCK_OPERATOR_JWKS_URL is set: the \
+             other token kind is verified with the local dev issuer's key"
+        );
+    }
     let mut fetcher = None;
     let service_keys = key_source(
         cfg.service_jwks_url.as_deref(),
