@@ -148,8 +148,45 @@ pub struct Idp {
     thread: Option<JoinHandle<()>>,
 }
 
+/// The TLS identity of [`Idp::start_tls`]: a certificate for `127.0.0.1` and `localhost`
+/// issued by a test CA whose private key was thrown away (`tests/fixtures/tls/README.md`).
+pub fn test_ca_file() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls/ca.pem")
+}
+
+fn tls_config() -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls");
+    let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .expect("server.pem")
+        .collect::<Result<_, _>>()
+        .expect("certificate");
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server.key");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("TLS identity"),
+    )
+}
+
 impl Idp {
+    /// The JWKS over plain HTTP on loopback.
     pub fn start(keys: &[&Key]) -> Idp {
+        Self::start_with(keys, None)
+    }
+
+    /// The JWKS over HTTPS (`https://127.0.0.1:<port>/jwks.json`), as a real provider serves
+    /// it; clients trust it through `SSL_CERT_FILE` = [`test_ca_file`].
+    pub fn start_tls(keys: &[&Key]) -> Idp {
+        Self::start_with(keys, Some(tls_config()))
+    }
+
+    fn start_with(keys: &[&Key], tls: Option<Arc<rustls::ServerConfig>>) -> Idp {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let published = Arc::new(Mutex::new(Published {
@@ -159,18 +196,27 @@ impl Idp {
         let fetches = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (p, f, s) = (published.clone(), fetches.clone(), stop.clone());
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let thread = std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
                     break;
                 }
-                if let Ok(conn) = conn {
-                    serve(conn, &p, &f);
+                let Ok(conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                match &tls {
+                    None => serve(conn, &p, &f),
+                    Some(cfg) => {
+                        let Ok(session) = rustls::ServerConnection::new(cfg.clone()) else {
+                            continue;
+                        };
+                        serve(rustls::StreamOwned::new(session, conn), &p, &f);
+                    }
                 }
             }
         });
         Idp {
-            url: format!("http://{addr}/jwks.json"),
+            url: format!("{scheme}://{addr}/jwks.json"),
             published,
             fetches,
             stop,
@@ -195,8 +241,7 @@ impl Idp {
     }
 }
 
-fn serve(mut conn: TcpStream, published: &Mutex<Published>, fetches: &AtomicUsize) {
-    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+fn serve(mut conn: impl Read + Write, published: &Mutex<Published>, fetches: &AtomicUsize) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -222,6 +267,7 @@ fn serve(mut conn: TcpStream, published: &Mutex<Published>, fetches: &AtomicUsiz
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
+    let _ = conn.flush();
 }
 
 impl Drop for Idp {

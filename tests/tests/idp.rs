@@ -292,3 +292,54 @@ async fn cognito_shaped_tokens() {
         .await;
     assert_eq!((r.status, r.code()), (403, "insufficient_scope"));
 }
+
+#[tokio::test]
+async fn the_jwks_is_fetched_over_verified_https() {
+    use airlock_tests::idp::test_ca_file;
+    let rsa = Key::rs256("svc-rsa-1");
+    let ec = Key::es256("ops-ec-1");
+    let idp = Idp::start_tls(&[&rsa, &ec]);
+    assert!(idp.url.starts_with("https://127.0.0.1:"), "{}", idp.url);
+    let ca = test_ca_file();
+    let ca = ca.to_str().unwrap();
+    let now = now_s();
+    let tokens = |s: &Server| {
+        Api::new(
+            s,
+            rsa.sign(&service_claims(now, "tls")),
+            ec.sign(&operator_claims(now)),
+        )
+    };
+
+    // Trusting the provider's CA: the key set comes over TLS and tokens verify.
+    let s = Server::start(&env(&idp, &[("SSL_CERT_FILE", ca)]));
+    let r = tokens(&s).get("/accounts").await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(idp.fetches(), 1);
+    drop(s);
+
+    // Trusting other roots only (here: the server's own certificate, which is no CA): the
+    // handshake fails, so no keys, 503; never a 401, never an unverified key set.
+    let other_roots = test_ca_file().with_file_name("server.pem");
+    let s = Server::start(&env(
+        &idp,
+        &[("SSL_CERT_FILE", other_roots.to_str().unwrap())],
+    ));
+    let r = tokens(&s).get("/accounts").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "upstream_unavailable"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(
+        idp.fetches(),
+        1,
+        "the handshake failed before any request was served"
+    );
+    let log = std::fs::read_to_string(s.state_dir.join("serve.log")).unwrap();
+    assert!(
+        log.contains("could not fetch identity provider keys") && log.contains("UnknownIssuer"),
+        "the fetch failed on the certificate, it was not skipped"
+    );
+}

@@ -288,6 +288,18 @@ pub fn check_url(url: &str) -> Result<(), String> {
     }
 }
 
+/// An error with its causes (`client error (Connect): invalid peer certificate: ...`).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// Fetches over HTTPS (rustls, the system's root certificates), 5 s timeout, 256 KiB cap.
 /// The client (and the root store) is built on the first fetch, so a function that never
 /// sees a token (a worker) pays nothing at cold start.
@@ -333,7 +345,7 @@ impl JwksFetcher for HttpFetcher {
                 .get_or_init(https_client)
                 .as_ref()
                 .map_err(|e| e.clone())?;
-            let resp = client.request(req).await.map_err(|e| e.to_string())?;
+            let resp = client.request(req).await.map_err(|e| with_causes(&e))?;
             if !resp.status().is_success() {
                 return Err(format!("the JWKS URL answered {}", resp.status()));
             }
