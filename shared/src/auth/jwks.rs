@@ -194,12 +194,12 @@ impl JwksCache {
     }
 
     fn snapshot(&self) -> Option<(Arc<KeySet>, Duration)> {
-        let c = self.cached.read().ok()?;
+        let c = self.cached.read().unwrap_or_else(|p| p.into_inner());
         c.as_ref().map(|c| (c.keys.clone(), c.fetched_at.elapsed()))
     }
 
     fn may_refetch(&self) -> bool {
-        match *self.last_attempt.read().expect("lock") {
+        match *self.last_attempt.read().unwrap_or_else(|p| p.into_inner()) {
             None => true,
             Some(t) => t.elapsed() >= self.timing.refetch_cooldown,
         }
@@ -253,7 +253,7 @@ impl JwksCache {
         if !self.may_refetch() {
             return self.cached_key(kid);
         }
-        *self.last_attempt.write().expect("lock") = Some(Instant::now());
+        *self.last_attempt.write().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         let fetched = self
             .fetcher
             .fetch(&self.url)
@@ -263,7 +263,7 @@ impl JwksCache {
             Ok(set) => {
                 tracing::info!(jwks_url = %self.url, keys = set.len(), "fetched identity provider keys");
                 let keys = Arc::new(set);
-                *self.cached.write().expect("lock") = Some(Cached {
+                *self.cached.write().unwrap_or_else(|p| p.into_inner()) = Some(Cached {
                     keys: keys.clone(),
                     fetched_at: Instant::now(),
                 });
