@@ -87,6 +87,22 @@ impl Aws {
 }
 
 impl Aws {
+    /// One `TransactWriteItems`: `true` if written, `false` if a condition failed (or the
+    /// transaction conflicted): read again and decide again.
+    async fn transact_if(&self, items: &[TransactWriteItem], what: &str) -> StoreResult<bool> {
+        match self
+            .ddb
+            .transact_write_items()
+            .set_transact_items(Some(items.to_vec()))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable(&format!("TransactWriteItems {what}"), &e)),
+        }
+    }
+
     /// Writes `item` unless an item with this key exists; either way returns the stored
     /// record (the one written, or the one already there: a redelivery creates nothing).
     async fn put_if_absent<T: Clone + serde::de::DeserializeOwned>(
@@ -159,17 +175,7 @@ impl WorkerStore for Aws {
         if let Some(c) = position {
             items.push(position_put(&self.names.positions, &c.new, c.expected)?);
         }
-        match self
-            .ddb
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable("TransactWriteItems advance order", &e)),
-        }
+        self.transact_if(&items, "advance order").await
     }
 
     async fn create_job(&self, j: &Job) -> StoreResult<Job> {
@@ -250,17 +256,7 @@ impl WorkerStore for Aws {
                 );
             }
         }
-        match self
-            .ddb
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable("TransactWriteItems finish job", &e)),
-        }
+        self.transact_if(&items, "finish job").await
     }
 
     async fn set_action_status(
@@ -366,17 +362,7 @@ impl PaperBookStore for Aws {
                     .build(),
             );
         }
-        match self
-            .ddb
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable("TransactWriteItems paper book", &e)),
-        }
+        self.transact_if(&items, "paper book").await
     }
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<serde_json::Value>> {
