@@ -3,7 +3,7 @@
 # a virtualenv at <repo>/.venv with pinned moto[server] and cryptography (KMS ECC signing).
 #
 # Idempotent and fast when already installed: pip runs only when an installed version differs
-# from a pin. Needs python3 (>= 3.11) with pip, and PyPI; nothing else.
+# from a pin. Needs python3 (>= 3.11) and PyPI; nothing else (scripts/venv.sh does the venv).
 #
 #   scripts/emulator.sh          # install or check; prints the moto version
 #   PYTHON=python3.12 scripts/emulator.sh   # choose the interpreter for a new .venv
@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 repo="$(pwd)"
 venv="$repo/.venv"
 py="$venv/bin/python"
-python="${PYTHON:-python3}"
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
 
 # Direct pins: what the tests rely on. Bump together, then re-run this script.
 MOTO_VERSION="5.2.5"
@@ -89,74 +90,8 @@ wrapt==2.5.2
 xmltodict==1.0.4
 EOF
 
-# Prints the names of pinned packages whose installed version differs (empty: all match).
-stale() {
-    [[ -x "$py" ]] || { echo "no-venv"; return; }
-    "$py" - "${pins[@]}" <<'PY' 2>/dev/null || echo "broken-venv"
-import sys
-from importlib.metadata import version, PackageNotFoundError
-for spec in sys.argv[1:]:
-    name, want = spec.split("==")
-    name = name.split("[")[0]
-    try:
-        have = version(name)
-    except PackageNotFoundError:
-        have = None
-    if have != want:
-        print(f"{name} (have {have}, want {want})")
-PY
-}
-
-if [[ -x "$py" ]] && ! "$py" -c 'import sys' 2>/dev/null; then
-    echo "emulator: $venv is broken (its interpreter does not run); recreating it"
-    rm -rf "$venv"
-fi
-
-if [[ ! -x "$py" ]]; then
-    command -v "$python" >/dev/null || { echo "emulator: $python not found (set PYTHON=...)" >&2; exit 1; }
-    "$python" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' || {
-        echo "emulator: the pinned set needs Python >= 3.11 (Debian 12's python3; set PYTHON=...)" >&2
-        exit 1
-    }
-    echo "emulator: creating $venv with $("$python" --version 2>&1)"
-    if ! "$python" -m venv "$venv"; then
-        # Debian/Ubuntu without the python3-venv package have no ensurepip: make the venv
-        # without pip; pip is bootstrapped below.
-        echo "emulator: '$python -m venv' failed (no ensurepip?); retrying with --without-pip"
-        rm -rf "$venv"
-        "$python" -m venv --without-pip "$venv"
-    fi
-fi
-
-# A venv without pip (made --without-pip, or left half-made by a failed 'python3 -m venv'):
-# try its ensurepip, else install pip into it from PyPI with the base interpreter's pip.
-ensure_pip() {
-    "$py" -m pip --version >/dev/null 2>&1 && return
-    echo "emulator: $venv has no pip; bootstrapping it"
-    "$py" -m ensurepip --default-pip >/dev/null 2>&1 && return
-    local base
-    base="$("$py" -c 'import sys; print(sys._base_executable)' 2>/dev/null || echo "$python")"
-    for b in "$base" "$python"; do
-        "$b" -m pip --python "$py" install --quiet --disable-pip-version-check pip 2>/dev/null && return
-    done
-    echo "emulator: could not bootstrap pip into $venv; install python3-venv" \
-        "(Debian: apt-get install python3-venv), remove $venv and re-run" >&2
-    exit 1
-}
-
-need="$(stale)"
-if [[ -n "$need" ]]; then
-    echo "emulator: installing pinned packages; out of date:"
-    sed 's/^/  /' <<<"$need"
-    ensure_pip
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$py" -m pip install --quiet \
-        -c "$constraints" "${pins[@]}"
-    need="$(stale)"
-    if [[ -n "$need" ]]; then
-        echo "emulator: still out of date after pip install:"$'\n'"$need" >&2
-        exit 1
-    fi
-fi
+# Creates or repairs the venv and installs the pins when one differs (scripts/venv.sh).
+ensure_venv --label emulator --min-python 3.11 --constraints "$constraints" "$venv" "${pins[@]}"
 
 if ! "$venv/bin/moto_server" --help >/dev/null 2>&1; then
     echo "emulator: $venv/bin/moto_server --help failed:" >&2

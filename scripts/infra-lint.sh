@@ -18,10 +18,10 @@
 # The same venv has `sam` for building and deploying (README, "Deploying to AWS").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
 repo="$(pwd)"
 venv="$repo/.venv/sam"
-py="$venv/bin/python"
-python="${PYTHON:-python3}"
 template="infra/template.yaml"
 
 # Direct pins; bump together (cfn-lint: the version aws-sam-cli requires), then re-run.
@@ -117,57 +117,8 @@ watchdog==4.0.2
 Werkzeug==3.1.9
 EOF
 
-# Prints the pinned packages whose installed version differs (empty: all match).
-stale() {
-    [[ -x "$py" ]] || { echo "no-venv"; return; }
-    "$py" - "${pins[@]}" <<'PY' 2>/dev/null || echo "broken-venv"
-import sys
-from importlib.metadata import version, PackageNotFoundError
-for spec in sys.argv[1:]:
-    name, want = spec.split("==")
-    try:
-        have = version(name)
-    except PackageNotFoundError:
-        have = None
-    if have != want:
-        print(f"{name} (have {have}, want {want})")
-PY
-}
-
-if [[ -x "$py" ]] && ! "$py" -c 'import sys' 2>/dev/null; then
-    echo "infra-lint: $venv is broken; recreating it"
-    rm -rf "$venv"
-fi
-if [[ ! -x "$py" ]]; then
-    command -v "$python" >/dev/null || { echo "infra-lint: $python not found (set PYTHON=...)" >&2; exit 1; }
-    "$python" -c 'import sys; assert sys.version_info >= (3, 9), sys.version' || {
-        echo "infra-lint: aws-sam-cli needs Python >= 3.9 (set PYTHON=...)" >&2
-        exit 1
-    }
-    echo "infra-lint: creating $venv with $("$python" --version 2>&1)"
-    mkdir -p "$(dirname "$venv")"
-    if ! "$python" -m venv "$venv"; then
-        echo "infra-lint: '$python -m venv' failed (no ensurepip?); retrying with --without-pip"
-        rm -rf "$venv"
-        "$python" -m venv --without-pip "$venv"
-    fi
-fi
-
-need="$(stale)"
-if [[ -n "$need" ]]; then
-    echo "infra-lint: installing pinned packages; out of date:"
-    sed 's/^/  /' <<<"$need"
-    if ! "$py" -m pip --version >/dev/null 2>&1; then
-        "$py" -m ensurepip --default-pip >/dev/null 2>&1 ||
-            "$python" -m pip --python "$py" install --quiet --disable-pip-version-check pip || {
-            echo "infra-lint: no pip in $venv; install python3-venv, remove $venv, re-run" >&2
-            exit 1
-        }
-    fi
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$py" -m pip install --quiet -c "$constraints" "${pins[@]}"
-    need="$(stale)"
-    [[ -z "$need" ]] || { echo "infra-lint: still out of date: $need" >&2; exit 1; }
-fi
+# Creates or repairs the venv and installs the pins when one differs (scripts/venv.sh).
+ensure_venv --label infra-lint --min-python 3.9 --constraints "$constraints" "$venv" "${pins[@]}"
 
 # Offline: dummy region and credentials, no profile, no emulator endpoint, no telemetry.
 export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}"

@@ -21,7 +21,8 @@ cd "$(dirname "$0")/.."
 repo="$(pwd)"
 venv="$repo/.venv"
 py="$venv/bin/python"
-python="${PYTHON:-python3}"
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
 
 # Bump together, then re-run this script.
 CARGO_LAMBDA_VERSION="1.9.2"
@@ -32,51 +33,8 @@ pins=(
 )
 TARGET="aarch64-unknown-linux-gnu"
 
-stale() {
-    [[ -x "$py" ]] || { echo "no-venv"; return; }
-    "$py" - "${pins[@]}" <<'PY' 2>/dev/null || echo "broken-venv"
-import sys
-from importlib.metadata import version, PackageNotFoundError
-for spec in sys.argv[1:]:
-    name, want = spec.split("==")
-    try:
-        have = version(name)
-    except PackageNotFoundError:
-        have = None
-    if have != want:
-        print(f"{name} (have {have}, want {want})")
-PY
-}
-
-if [[ -x "$py" ]] && ! "$py" -c 'import sys' 2>/dev/null; then
-    echo "lambda-build: $venv is broken (its interpreter does not run); recreating it"
-    rm -rf "$venv"
-fi
-if [[ ! -x "$py" ]]; then
-    command -v "$python" >/dev/null || { echo "lambda-build: $python not found (set PYTHON=...)" >&2; exit 1; }
-    echo "lambda-build: creating $venv with $("$python" --version 2>&1)"
-    if ! "$python" -m venv "$venv"; then
-        echo "lambda-build: '$python -m venv' failed (no ensurepip?); retrying with --without-pip"
-        rm -rf "$venv"
-        "$python" -m venv --without-pip "$venv"
-    fi
-fi
-
-need="$(stale)"
-if [[ -n "$need" ]]; then
-    echo "lambda-build: installing cargo-lambda and zig from PyPI; out of date:"
-    sed 's/^/  /' <<<"$need"
-    if ! "$py" -m pip --version >/dev/null 2>&1; then
-        "$py" -m ensurepip --default-pip >/dev/null 2>&1 ||
-            "$python" -m pip --python "$py" install --quiet --disable-pip-version-check pip || {
-            echo "lambda-build: no pip in $venv; install python3-venv, remove $venv, re-run" >&2
-            exit 1
-        }
-    fi
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$py" -m pip install --quiet "${pins[@]}"
-    need="$(stale)"
-    [[ -z "$need" ]] || { echo "lambda-build: still out of date: $need" >&2; exit 1; }
-fi
+# Creates or repairs the venv and installs the pins when one differs (scripts/venv.sh).
+ensure_venv --label lambda-build "$venv" "${pins[@]}"
 
 # cargo-lambda finds Zig as `zig` on PATH or as `python3 -m ziglang`: the venv gives both
 # (its python3 has the ziglang module).

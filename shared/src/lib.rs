@@ -1,6 +1,6 @@
 //! Airlock: the trade-safety backend a Mastra agent uses as its only tool backend.
 //!
-//! One module per concern (see `../shared/DESIGN.md` and the README):
+//! One module per concern (see the README, `docs/CONTRACT.md` and `docs/DECISIONS.md`):
 //! `domain` (types, CL contracts, calendar), `policy` (risk checks), `protocol` (plan,
 //! execute, replay rules), `token` (confirmation JWS), `auth` (service and operator JWTs,
 //! roles, desks), `ports` (small async traits per capability), `adapters` (SQLite, local
