@@ -6,7 +6,10 @@
 use async_trait::async_trait;
 
 use crate::auth::DeskScope;
-use crate::domain::{Account, Job, JobKind, JobStatus, Millis, Order, OrderStatus, Position};
+use crate::domain::{
+    Account, Exposure, ExposureDelta, Job, JobKind, JobStatus, Millis, Order, OrderStatus,
+    Position, Side,
+};
 use crate::error::StoreResult;
 use crate::records::{
     ActionRecord, AuditRecord, Control, KeyRecord, PlanRecord, QueueMessage, RateState,
@@ -55,6 +58,8 @@ pub trait PositionStore: Send + Sync {
         page: &Page<(String, String)>,
     ) -> StoreResult<Vec<Position>>;
     async fn get_position(&self, account_id: &str, symbol: &str) -> StoreResult<Option<Position>>;
+    /// The account's filled position and open orders in one contract (zero when none).
+    async fn get_exposure(&self, account_id: &str, symbol: &str) -> StoreResult<Exposure>;
 }
 
 #[async_trait]
@@ -123,22 +128,37 @@ pub struct ExecuteCommit {
     pub key_condition: KeyCondition,
     /// The plan must still be `planned`; `None` leaves the plan alone.
     pub plan_change: Option<(String, PlanChange)>,
-    /// The control record must still allow executing this action type.
-    pub require_execute_allowed: Option<crate::domain::ActionType>,
+    /// The control record (kill switch, rollout modes, policy) must still be at the
+    /// version the decision was made on.
+    pub control_version: Option<u64>,
+    /// The account must still be active.
+    pub account_active: Option<String>,
     /// One more execute on the operator's rate record (conditional, see [`RateUpdate`]).
     pub rate: Option<crate::records::RateUpdate>,
-    /// The account's position in the contract must lie in this range (absent counts as 0).
-    pub position_within: Option<PositionBounds>,
+    /// The order's contracts, reserved against the position limit.
+    pub reserve: Option<Reservation>,
     pub action: Option<ActionRecord>,
     pub audit: AuditRecord,
 }
 
+/// An order's contracts added to its side's open quantity, only if the worst case on that
+/// side still leaves room: for a buy, `position + open_buy <= bound` before the
+/// reservation; for a sell, `position - open_sell >= bound`. Absent counts as zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PositionBounds {
-    pub account_id: String,
-    pub symbol: String,
-    pub min: i64,
-    pub max: i64,
+pub struct Reservation {
+    pub side: Side,
+    pub bound: i64,
+    pub delta: ExposureDelta,
+}
+
+impl Reservation {
+    /// Whether the exposure leaves room for this reservation.
+    pub fn fits(&self, e: &Exposure) -> bool {
+        match self.side {
+            Side::Buy => e.worst_long() <= self.bound,
+            Side::Sell => e.worst_short() >= self.bound,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +168,7 @@ pub enum Conflict {
     Control,
     Rate,
     Position,
+    Account,
 }
 
 /// Everything execute reads before it decides, in one round trip.
@@ -210,7 +231,9 @@ pub trait ExecuteLedger: Send + Sync {
 #[async_trait]
 pub trait ControlStore: Send + Sync {
     async fn get_control(&self) -> StoreResult<Control>;
-    async fn put_control(&self, c: &Control) -> StoreResult<()>;
+    /// Writes `c` only if the stored record is still at `expected_version` (0: none yet).
+    /// `false`: another write came first; nothing was written.
+    async fn put_control(&self, c: &Control, expected_version: u64) -> StoreResult<bool>;
 }
 
 #[async_trait]
@@ -296,6 +319,8 @@ pub trait ReadModelWriter: Send + Sync {
     async fn put_positions(&self, rows: &[Position]) -> StoreResult<()>;
     async fn put_orders(&self, rows: &[Order]) -> StoreResult<()>;
     async fn put_jobs(&self, rows: &[Job]) -> StoreResult<()>;
+    /// Sets exposures outright (the demo seed, from its positions and open orders).
+    async fn put_exposures(&self, rows: &[(String, String, Exposure)]) -> StoreResult<()>;
 }
 
 /// A position's new state, written only if the stored quantity is still `expected`
@@ -312,18 +337,21 @@ pub struct PositionChange {
 pub trait WorkerStore: Send + Sync {
     /// Creates the order if absent; returns the stored order either way.
     async fn create_order(&self, order: &Order) -> StoreResult<Order>;
-    /// Replaces the order if its status is still `from`, together with the position change
-    /// its fill causes. `false`: another delivery moved it first; nothing was written.
+    /// Replaces the order `prev` with `next` if its status is still `prev.status`, together
+    /// with the position change its fill causes and the exposure change of the step
+    /// ([`ExposureDelta::of_order_step`]). `false`: another delivery moved it first;
+    /// nothing was written.
     async fn advance_order(
         &self,
-        order: &Order,
-        from: OrderStatus,
+        prev: &Order,
+        next: &Order,
         position: Option<&PositionChange>,
     ) -> StoreResult<bool>;
     /// Creates the job if absent; returns the stored job either way.
     async fn create_job(&self, job: &Job) -> StoreResult<Job>;
     /// Finishes a running job with its result, and replaces the account's positions when
-    /// given (a sync), atomically. `false`: it was finished already.
+    /// given (a sync), atomically; the exposures' positions follow. `false`: it was
+    /// finished already, or a position changed since it was read (read again).
     async fn finish_job(
         &self,
         job: &Job,

@@ -84,6 +84,10 @@ pub struct PlanRecord {
     pub expires_at: Millis,
     pub chat_context: serde_json::Value,
     pub request_id: String,
+    /// The reference price the plan's price band was checked against; execute re-checks
+    /// the band against it under the policy then in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_price: Option<crate::domain::Price>,
 }
 
 /// What an execute points at: the order or job the worker will create.
@@ -127,7 +131,17 @@ pub enum KeyState {
     },
 }
 
-/// An idempotency key, scoped to the service principal.
+/// The scope of idempotency keys: one service principal acting for one operator. Two
+/// operators of one service never share a key, so neither can learn whether the other used
+/// one, nor take a predictable key first. The length prefix makes the pair unambiguous.
+pub fn key_scope(service_principal: &str, operator_id: &str) -> String {
+    format!(
+        "{}:{service_principal}/{operator_id}",
+        service_principal.len()
+    )
+}
+
+/// An idempotency key, scoped to a service principal and an operator ([`key_scope`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KeyRecord {
     pub principal: String,
@@ -222,6 +236,10 @@ pub struct Control {
     /// process's own (the state dir's `policy.json`, or the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::policy::Policy>,
+    /// Bumped by every write; each write is conditional on the version it read, so two
+    /// operators' changes never undo each other. 0: never written.
+    #[serde(default)]
+    pub version: u64,
 }
 
 impl Default for Control {
@@ -236,6 +254,7 @@ impl Default for Control {
             updated_by: "default".into(),
             reason: None,
             policy: None,
+            version: 0,
         }
     }
 }
@@ -305,13 +324,29 @@ impl RateState {
             bucket: current,
             expected_bucket: self.bucket,
             previous: prev,
-            limit,
+            cap: Self::cap(prev, now - current, limit),
+        }
+    }
+
+    /// The highest count this minute may have before one more execute, so that the sliding
+    /// estimate stays below `limit`: `count < cap` exactly when
+    /// `prev * (W - into) / W + count < limit`, in integers (no rounding at the edge).
+    /// The estimate only falls as the minute goes on, so a cap computed at the decision
+    /// still holds at the commit: the atomic condition enforces the same window the
+    /// decision estimated, and concurrent bursts cannot pass twice the rate.
+    fn cap(prev: u32, into: Millis, limit: u32) -> u32 {
+        let w = RATE_WINDOW_MS as i128;
+        let room = limit as i128 * w - prev as i128 * (w - (into as i128).clamp(0, w));
+        if room <= 0 {
+            0
+        } else {
+            ((room + w - 1) / w).min(limit as i128) as u32
         }
     }
 }
 
 /// One more execute for an operator, applied atomically: an increment of the current bucket
-/// while it is below `limit` (when the stored bucket is already `bucket`), or a roll-over to
+/// while it is below `cap` (when the stored bucket is already `bucket`), or a roll-over to
 /// `bucket` with a count of 1 (when the stored bucket is still `expected_bucket`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateUpdate {
@@ -319,7 +354,8 @@ pub struct RateUpdate {
     pub bucket: Millis,
     pub expected_bucket: Millis,
     pub previous: u32,
-    pub limit: u32,
+    /// This minute's count must be below this ([`RateState::next`]).
+    pub cap: u32,
 }
 
 impl RateUpdate {

@@ -7,7 +7,7 @@
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::cl::ClContract;
 use crate::domain::{
-    Account, AccountStatus, Job, JobKind, JobStatus, Millis, Order, OrderStatus, OrderType,
+    Account, AccountStatus, Exposure, Job, JobKind, JobStatus, Millis, Order, OrderStatus, OrderType,
     Position, Price, Side, TimeInForce,
 };
 use crate::error::StoreResult;
@@ -154,13 +154,13 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
         avg_price: p(px),
         updated_at: now - 3_600_000,
     };
-    w.put_positions(&[
+    let positions = [
         pos("ACC-1", &c1, 3, "68.40"),
         pos("ACC-1", &c2, -2, "67.95"),
         pos("ACC-2", &c1, 10, "70.12"),
         pos("ACC-3", &c3, 5, "66.10"),
-    ])
-    .await?;
+    ];
+    w.put_positions(&positions).await?;
 
     let minute = 60_000;
     let order =
@@ -184,7 +184,7 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
             }
         };
     use OrderStatus::*;
-    w.put_orders(&[
+    let orders = [
         order(
             "ORD-1001",
             "ACC-1",
@@ -276,8 +276,9 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
             "66.10",
             30,
         ),
-    ])
-    .await?;
+    ];
+    w.put_orders(&orders).await?;
+    w.put_exposures(&exposures_of(&positions, &orders)).await?;
 
     w.put_jobs(&[
         Job {
@@ -305,6 +306,26 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
     ])
     .await?;
     Ok(())
+}
+
+/// The exposures of seeded positions and open orders, per account and contract.
+fn exposures_of(positions: &[Position], orders: &[Order]) -> Vec<(String, String, Exposure)> {
+    let mut out: std::collections::BTreeMap<(String, String), Exposure> = Default::default();
+    for p in positions {
+        out.entry((p.account_id.clone(), p.symbol.clone()))
+            .or_default()
+            .position = p.quantity;
+    }
+    for o in orders.iter().filter(|o| o.open_quantity() > 0) {
+        let e = out
+            .entry((o.account_id.clone(), o.symbol.clone()))
+            .or_default();
+        match o.side {
+            Side::Buy => e.open_buy += o.open_quantity(),
+            Side::Sell => e.open_sell += o.open_quantity(),
+        }
+    }
+    out.into_iter().map(|((a, s), e)| (a, s, e)).collect()
 }
 
 /// `n` extra filled orders spread over the demo accounts, for benchmarks.

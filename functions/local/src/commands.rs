@@ -321,16 +321,14 @@ pub async fn policy(
                 serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             p.validate()
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            c.policy = Some(p);
-            c.updated_at = state.clock.now_ms();
-            c.updated_by = who();
-            store.put_control(&c).await.map_err(|e| e.to_string())?;
+            c = control::set_policy(store, Some(p), &who(), state.clock.now_ms())
+                .await
+                .map_err(|e| e.to_string())?;
         }
         ("reset", None) => {
-            c.policy = None;
-            c.updated_at = state.clock.now_ms();
-            c.updated_by = who();
-            store.put_control(&c).await.map_err(|e| e.to_string())?;
+            c = control::set_policy(store, None, &who(), state.clock.now_ms())
+                .await
+                .map_err(|e| e.to_string())?;
         }
         _ => return Err("usage: airlock policy show | set FILE | reset".into()),
     }
@@ -379,6 +377,34 @@ pub async fn prices(
             println!("{s} {p}");
         }
     }
+    Ok(())
+}
+
+pub async fn account_status(
+    cfg: Config,
+    backend: Backend,
+    account: &str,
+    status: &str,
+) -> Result<(), String> {
+    let status: airlock::domain::AccountStatus = status
+        .parse()
+        .map_err(|_| format!("unknown status {status}: use active, suspended or closed"))?;
+    let state = state(cfg, backend).await?;
+    let mut a = state
+        .ports
+        .accounts
+        .get_account(account)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no account {account}"))?;
+    a.status = status;
+    state
+        .ports
+        .read_models
+        .put_accounts(&[a])
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{account}: {status}");
     Ok(())
 }
 

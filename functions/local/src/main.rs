@@ -86,6 +86,10 @@ enum Command {
     },
     /// The paper broker's book of an account: its orders and positions as the broker sees them.
     BrokerBook { account: String },
+    /// Set an account's status (active, suspended, closed). Only active accounts can have
+    /// orders submitted; execute re-checks it atomically, so a suspension stops plans
+    /// already confirmed.
+    AccountStatus { account: String, status: String },
     /// Messages per queue: waiting, and received but not yet deleted.
     Queues,
     /// Print the confirmation-token public key (PEM) and its key id.
@@ -139,6 +143,9 @@ fn main() -> std::process::ExitCode {
                 commands::prices(cfg, backend, symbol, price).await
             }
             Command::BrokerBook { account } => commands::broker_book(cfg, backend, &account).await,
+            Command::AccountStatus { account, status } => {
+                commands::account_status(cfg, backend, &account, &status).await
+            }
             Command::Policy { action, file } => commands::policy(cfg, backend, &action, file).await,
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
             Command::Bootstrap { demo_data } => commands::bootstrap(cfg, demo_data).await,

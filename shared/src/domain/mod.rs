@@ -92,6 +92,12 @@ string_enum!(ActionStatus {
 string_enum!(QueueTarget { Orders => "worker:orders", Jobs => "worker:jobs" });
 
 impl OrderStatus {
+    /// An order that may still trade: it counts against the position limit until it is
+    /// filled, cancelled or rejected.
+    pub fn is_open(self) -> bool {
+        self.is_cancellable()
+    }
+
     /// An order that can still be cancelled at the broker.
     pub fn is_cancellable(self) -> bool {
         matches!(
@@ -314,6 +320,98 @@ pub struct Order {
     pub action_id: Option<String>,
     pub created_at: Millis,
     pub updated_at: Millis,
+}
+
+impl Order {
+    /// Contracts that may still trade: the unfilled rest of an open order, else 0.
+    pub fn open_quantity(&self) -> i64 {
+        if self.status.is_open() {
+            (self.quantity as i64 - self.filled_quantity as i64).max(0)
+        } else {
+            0
+        }
+    }
+}
+
+/// An account's exposure in one contract: its filled position and the contracts its open
+/// orders (queued, submitted, working, partially filled) may still buy or sell. Position
+/// limits hold against the worst case on each side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exposure {
+    pub position: i64,
+    pub open_buy: i64,
+    pub open_sell: i64,
+}
+
+impl Exposure {
+    /// The position if every open buy fills and no open sell does.
+    pub fn worst_long(&self) -> i64 {
+        self.position.saturating_add(self.open_buy)
+    }
+
+    /// The position if every open sell fills and no open buy does.
+    pub fn worst_short(&self) -> i64 {
+        self.position.saturating_sub(self.open_sell)
+    }
+}
+
+/// A change of one account's exposure in one contract, applied as increments so that
+/// concurrent writers (an execute reserving, a worker recording a fill) never conflict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExposureDelta {
+    pub account_id: String,
+    pub symbol: String,
+    pub position: i64,
+    pub open_buy: i64,
+    pub open_sell: i64,
+}
+
+impl ExposureDelta {
+    fn open(account_id: &str, symbol: &str, side: Side, open: i64, position: i64) -> Self {
+        let (open_buy, open_sell) = match side {
+            Side::Buy => (open, 0),
+            Side::Sell => (0, open),
+        };
+        ExposureDelta {
+            account_id: account_id.to_string(),
+            symbol: symbol.to_string(),
+            position,
+            open_buy,
+            open_sell,
+        }
+    }
+
+    /// An accepted order's contracts, reserved at execute until the order ends.
+    pub fn reserve(account_id: &str, symbol: &str, side: Side, quantity: i64) -> Self {
+        Self::open(account_id, symbol, side, quantity, 0)
+    }
+
+    /// What an order's step from `prev` to `next` does to the exposure: a new fill moves
+    /// contracts from open to the position; an order that ends releases its open rest.
+    pub fn of_order_step(prev: &Order, next: &Order) -> Self {
+        let filled = next.filled_quantity as i64 - prev.filled_quantity as i64;
+        Self::open(
+            &next.account_id,
+            &next.symbol,
+            next.side,
+            next.open_quantity() - prev.open_quantity(),
+            next.side.sign() * filled,
+        )
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.position == 0 && self.open_buy == 0 && self.open_sell == 0
+    }
+
+    /// The change of the worst long (`position + open_buy`).
+    pub fn worst_long(&self) -> i64 {
+        self.position + self.open_buy
+    }
+
+    /// The change of the worst short (`position - open_sell`).
+    pub fn worst_short(&self) -> i64 {
+        self.position - self.open_sell
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

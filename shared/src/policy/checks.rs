@@ -7,7 +7,8 @@ use super::Policy;
 use crate::domain::calendar::{chicago_label, ExchangeCalendar, MarketState};
 use crate::domain::cl::ClContract;
 use crate::domain::{
-    Account, AccountStatus, ActionType, Order, OrderSubmitCl, OrderType, Price, Side, TimeInForce,
+    Account, AccountStatus, ActionType, Exposure, Order, OrderSubmitCl, OrderType, Price, Side,
+    TimeInForce,
 };
 use crate::records::{Control, RiskCheck, RolloutMode};
 
@@ -20,8 +21,10 @@ pub struct OrderInputs<'a> {
     pub order: &'a OrderSubmitCl,
     /// Parsed symbol, if it parses.
     pub contract: Option<ClContract>,
-    /// The account's current signed position in that contract.
-    pub position: i64,
+    /// The account's filled position and open orders in that contract.
+    pub exposure: Exposure,
+    /// The reference price the price band is measured from, if one is known.
+    pub reference: Option<Price>,
 }
 
 pub struct CancelInputs<'a> {
@@ -67,18 +70,18 @@ fn account_allowed(policy: &Policy, a: &Account) -> RiskCheck {
             format!("account {} is {}, not active", a.account_id, a.status),
         );
     }
+    account_listed(policy, &a.account_id)
+}
+
+/// The policy's list of trading accounts (the account's status is checked apart: at
+/// execute it is a condition of the atomic commit).
+fn account_listed(policy: &Policy, account_id: &str) -> RiskCheck {
     match &policy.allowed_accounts {
-        Some(list) if !list.iter().any(|x| x == &a.account_id) => RiskCheck::fail(
+        Some(list) if !list.iter().any(|x| x == account_id) => RiskCheck::fail(
             "account_allowed",
-            format!(
-                "account {} is not on the policy's list of trading accounts",
-                a.account_id
-            ),
+            format!("account {account_id} is not on the policy's list of trading accounts"),
         ),
-        _ => RiskCheck::pass(
-            "account_allowed",
-            format!("account {} is active", a.account_id),
-        ),
+        _ => RiskCheck::pass("account_allowed", format!("account {account_id} is active")),
     }
 }
 
@@ -94,43 +97,91 @@ pub fn check_order_submit(i: &OrderInputs, account: &Account, control: &Control)
     ];
     out.extend(time_and_size_checks(i));
     out.push(price_on_tick(i));
+    out.push(price_band(i));
     out.push(order_type_valid(i));
     out
 }
 
-/// The time-sensitive and size checks that execute re-runs against current positions:
+/// Every check execute re-runs, because it can change between plan and execute (the
+/// policy, the clock, the position and open orders): `account_allowed` (the policy's
+/// list; the account's status is a condition of the commit), `symbol_allowed`,
 /// `contract_not_expired`, `expiry_window`, `market_open`, `max_order_size`,
-/// `position_limit`.
+/// `position_limit`, `price_on_tick`, `price_band`.
 pub fn recheck_order_at_execute(i: &OrderInputs) -> Vec<RiskCheck> {
-    time_and_size_checks(i)
+    let mut out = recheck_order_without_position(i);
+    out.push(expiry_window(i));
+    out.push(position_limit(i));
+    out
 }
 
-/// The re-checks that do not depend on the position (`i.position` is ignored).
+/// The re-checks that do not depend on the position (`i.exposure` is ignored): execute
+/// runs these, and checks the position ones as a condition of its atomic commit
+/// ([`reservation_bound`]).
 pub fn recheck_order_without_position(i: &OrderInputs) -> Vec<RiskCheck> {
-    vec![contract_not_expired(i), market_open(i), max_order_size(i)]
+    vec![
+        account_listed(i.policy, i.account_id),
+        symbol_allowed(i),
+        contract_not_expired(i),
+        market_open(i),
+        max_order_size(i),
+        price_on_tick(i),
+        price_band(i),
+    ]
 }
 
-/// The current positions (inclusive range) for which `position_limit` and `expiry_window`
-/// pass, given that the other re-checks pass. Execute checks the account's position against
-/// this range inside its atomic commit, instead of reading the position first; the range is
-/// exact (a property test compares it with the checks). `i.position` is ignored.
-pub fn position_bounds(i: &OrderInputs) -> (i64, i64) {
-    let q = i.order.quantity.get() as i64;
-    let max = i.policy.max_position as i64;
-    // position_limit passes when |after| <= max, or when the order moves the position
-    // strictly toward zero (|pos + q| < |pos|, i.e. pos < -q/2 for a buy).
-    let (mut lo, mut hi) = match i.order.side {
-        Side::Buy => (i64::MIN, (max - q).max((-q - 1).div_euclid(2))),
-        Side::Sell => ((q - max).min(q.div_euclid(2) + 1), i64::MAX),
-    };
-    // In the close-only window only reducing orders pass: a buy needs pos <= -q.
+/// How far the worst case on the order's side may go after the order: `max_position`
+/// each way, or zero in the close-only window (only orders that reduce the position
+/// without flipping it, even if every open order on that side fills).
+fn side_cap(i: &OrderInputs) -> i64 {
     if in_close_only_window(i) {
-        match i.order.side {
-            Side::Buy => hi = hi.min(-q),
-            Side::Sell => lo = lo.max(q),
-        }
+        0
+    } else {
+        i.policy.max_position as i64
     }
-    (lo, hi)
+}
+
+/// The worst case on the order's side after it: for a buy the position plus every open
+/// buy plus this order; for a sell the position minus every open sell minus this order.
+fn worst_after(i: &OrderInputs) -> i64 {
+    let q = i.order.quantity.get() as i64;
+    match i.order.side {
+        Side::Buy => i.exposure.worst_long().saturating_add(q),
+        Side::Sell => i.exposure.worst_short().saturating_sub(q),
+    }
+}
+
+/// The bound on the worst case of the order's side before it, for which `position_limit`
+/// and `expiry_window` pass (given the other re-checks pass): a buy needs
+/// `position + open_buy <= bound`, a sell `position - open_sell >= bound`. Execute checks
+/// the stored exposure against it inside its atomic commit and reserves the order's
+/// contracts in the same write; a property test proves it exact. `i.exposure` is ignored.
+pub fn reservation_bound(i: &OrderInputs) -> i64 {
+    let q = i.order.quantity.get() as i64;
+    let cap = side_cap(i);
+    match i.order.side {
+        Side::Buy => cap - q,
+        Side::Sell => q - cap,
+    }
+}
+
+/// The worker's last check before the broker: with this order's own contracts already
+/// counted in `i.exposure` (reserved at execute), the worst case on its side must still be
+/// within the limit. A policy lowered, or a sync that raised the position, after execute
+/// stops the order here. `Err`: why.
+pub fn position_gate(i: &OrderInputs) -> Result<(), String> {
+    let cap = side_cap(i);
+    let (worst, ok) = match i.order.side {
+        Side::Buy => (i.exposure.worst_long(), i.exposure.worst_long() <= cap),
+        Side::Sell => (i.exposure.worst_short(), i.exposure.worst_short() >= -cap),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} in {}: the worst case with open orders is {worst:+}, beyond the limit of {cap} on that side",
+            i.account_id, i.order.symbol
+        ))
+    }
 }
 
 /// Whether the contract is tradable but within the policy's close-only window.
@@ -223,10 +274,24 @@ fn contract_not_expired(i: &OrderInputs) -> RiskCheck {
     }
 }
 
-/// Whether the order only reduces the existing position (never flips it).
+/// Whether the order only reduces the position, never flips it, even if every open
+/// order on its side fills too.
 fn reduces_position(i: &OrderInputs) -> bool {
-    let q = i.order.quantity.get() as i64;
-    i.position != 0 && i.position.signum() == -i.order.side.sign() && q <= i.position.abs()
+    match i.order.side {
+        Side::Buy => worst_after(i) <= 0,
+        Side::Sell => worst_after(i) >= 0,
+    }
+}
+
+fn exposure_text(i: &OrderInputs) -> String {
+    let e = &i.exposure;
+    match (e.open_buy, e.open_sell) {
+        (0, 0) => format!("{} holds {:+}", i.account_id, e.position),
+        (b, s) => format!(
+            "{} holds {:+} with open orders to buy {b} and sell {s}",
+            i.account_id, e.position
+        ),
+    }
 }
 
 fn expiry_window(i: &OrderInputs) -> RiskCheck {
@@ -249,19 +314,18 @@ fn expiry_window(i: &OrderInputs) -> RiskCheck {
         RiskCheck::pass(
             "expiry_window",
             format!(
-                "{} is in its close-only window (last trading day {ltd}); this order reduces the position of {}",
+                "{} is in its close-only window (last trading day {ltd}); this order reduces the position ({}) without flipping it",
                 c.symbol(),
-                i.position
+                exposure_text(i)
             ),
         )
     } else {
         RiskCheck::fail(
             "expiry_window",
             format!(
-                "{} is within {window} business days of its last trading day {ltd}: only orders that reduce the position pass, and {} holds {:+}",
+                "{} is within {window} business days of its last trading day {ltd}: only orders that reduce the position without flipping it, counting open orders, pass, and {}",
                 c.symbol(),
-                i.account_id,
-                i.position
+                exposure_text(i)
             ),
         )
     }
@@ -305,22 +369,77 @@ fn max_order_size(i: &OrderInputs) -> RiskCheck {
     }
 }
 
+/// The limit holds against the worst case: the position plus every open order on the
+/// order's side plus the order itself stays within `max_position` on that side.
 fn position_limit(i: &OrderInputs) -> RiskCheck {
-    let after = i.position + i.order.side.sign() * i.order.quantity.get() as i64;
+    let after = worst_after(i);
     let max = i.policy.max_position as i64;
     let sym = i
         .contract
         .map(|c| c.symbol())
         .unwrap_or_else(|| i.order.symbol.clone());
     let text = format!(
-        "{} holds {:+} {sym}; after this order {:+} (limit {max} either way)",
-        i.account_id, i.position, after
+        "{} {sym}; if this order and every open {} order fill: {after:+} (limit {max} either way)",
+        exposure_text(i),
+        i.order.side
     );
-    if after.abs() <= max || after.abs() < i.position.abs() {
+    if i.order.side.sign().saturating_mul(after) <= max {
         RiskCheck::pass("position_limit", text)
     } else {
         RiskCheck::fail("position_limit", text)
     }
+}
+
+/// Limit and stop prices within the policy's band around the reference price. Checked
+/// arithmetic throughout: a price near the decimal limits fails the check, never panics.
+fn price_band(i: &OrderInputs) -> RiskCheck {
+    let prices: Vec<(&str, Price)> = [
+        ("limit_price", i.order.limit_price),
+        ("stop_price", i.order.stop_price),
+    ]
+    .into_iter()
+    .filter_map(|(n, p)| p.map(|p| (n, p)))
+    .collect();
+    if prices.is_empty() {
+        return RiskCheck::pass("price_band", "no price to check");
+    }
+    let Some(reference) = i.reference else {
+        return RiskCheck::fail(
+            "price_band",
+            format!(
+                "no reference price for {}, so its prices cannot be checked",
+                i.order.symbol
+            ),
+        );
+    };
+    let r = reference.value();
+    let band = r
+        .abs()
+        .checked_mul(i.policy.price_band_pct)
+        .and_then(|x| x.checked_div(rust_decimal::Decimal::ONE_HUNDRED))
+        .map(|x| x.max(i.policy.price_band_min));
+    for (name, p) in &prices {
+        let distance = p.value().checked_sub(r).map(|d| d.abs());
+        match (distance, band) {
+            (Some(d), Some(b)) if d <= b => {}
+            _ => {
+                return RiskCheck::fail(
+                    "price_band",
+                    format!(
+                        "{name} {p} is more than {}% (at least {}) away from the reference price {reference}",
+                        i.policy.price_band_pct, i.policy.price_band_min
+                    ),
+                )
+            }
+        }
+    }
+    RiskCheck::pass(
+        "price_band",
+        format!(
+            "prices within {}% of the reference price {reference}",
+            i.policy.price_band_pct
+        ),
+    )
 }
 
 fn price_on_tick(i: &OrderInputs) -> RiskCheck {
@@ -486,14 +605,16 @@ mod tests {
     }
 
     proptest! {
-        /// The bounds execute checks atomically agree exactly with the position checks,
-        /// at every position around the limits (the edges are what matter).
+        /// The bound execute checks atomically agrees exactly with the position checks,
+        /// at every position and open quantity around the limits (the edges matter).
         #[test]
-        fn position_bounds_match_the_checks(
+        fn reservation_bound_matches_the_checks(
             buy in any::<bool>(),
             q in 1u32..40,
             max in 1u32..60,
             close_only in any::<bool>(),
+            open_buy in 0i64..70,
+            open_sell in 0i64..70,
         ) {
             let policy = Policy { max_position: max, max_order_size: 100, ..Policy::default() };
             let cal = ExchangeCalendar::cme();
@@ -510,12 +631,90 @@ mod tests {
                     account_id: &acc.account_id,
                     order: &o,
                     contract: ClContract::parse("CLF27").ok(),
-                    position: pos,
+                    exposure: Exposure { position: pos, open_buy, open_sell },
+                    reference: None,
                 };
                 let checks_pass = !position_limit(&i).failed() && !expiry_window(&i).failed();
-                let (lo, hi) = position_bounds(&i);
-                prop_assert_eq!(checks_pass, lo <= pos && pos <= hi, "pos {} bounds {:?}", pos, (lo, hi));
+                let r = crate::ports::Reservation {
+                    side: o.side,
+                    bound: reservation_bound(&i),
+                    delta: crate::domain::ExposureDelta::reserve("ACC-1", "CLF27", o.side, q as i64),
+                };
+                prop_assert_eq!(checks_pass, r.fits(&i.exposure), "exposure {:?} bound {}", i.exposure, r.bound);
+                // Whatever passes, the worst case after the order is within the limit.
+                if checks_pass {
+                    let after = worst_after(&i);
+                    prop_assert!(after.abs() <= max as i64 || o.side.sign() * after < 0);
+                }
             }
         }
+
+        /// The worker's gate, with the order's own contracts already reserved, passes
+        /// exactly when the checks passed for the order before its reservation.
+        #[test]
+        fn worker_gate_matches_the_checks(
+            buy in any::<bool>(),
+            q in 1u32..40,
+            max in 1u32..60,
+            close_only in any::<bool>(),
+            pos in -100i64..100,
+            open_buy in 0i64..70,
+            open_sell in 0i64..70,
+        ) {
+            let policy = Policy { max_position: max, max_order_size: 100, ..Policy::default() };
+            let cal = ExchangeCalendar::cme();
+            let at = if close_only { "2026-12-17T15:00:00Z" } else { "2026-11-23T15:00:00Z" };
+            let now: DateTime<Utc> = at.parse().unwrap();
+            let o = order(if buy { Side::Buy } else { Side::Sell }, q);
+            let before = Exposure { position: pos, open_buy, open_sell };
+            let mut reserved = before;
+            match o.side {
+                Side::Buy => reserved.open_buy += q as i64,
+                Side::Sell => reserved.open_sell += q as i64,
+            }
+            let at_plan = OrderInputs {
+                policy: &policy, calendar: cal, now, account_id: "ACC-1", order: &o,
+                contract: ClContract::parse("CLF27").ok(), exposure: before, reference: None,
+            };
+            let at_worker = OrderInputs { exposure: reserved, ..at_plan };
+            let checks_pass = !position_limit(&at_plan).failed() && !expiry_window(&at_plan).failed();
+            prop_assert_eq!(checks_pass, position_gate(&at_worker).is_ok());
+        }
+    }
+
+    fn inputs<'a>(policy: &'a Policy, o: &'a OrderSubmitCl, reference: Option<&str>) -> OrderInputs<'a> {
+        OrderInputs {
+            policy,
+            calendar: ExchangeCalendar::cme(),
+            now: "2026-11-23T15:00:00Z".parse().unwrap(),
+            account_id: "ACC-1",
+            order: o,
+            contract: ClContract::parse("CLF27").ok(),
+            exposure: Exposure::default(),
+            reference: reference.map(|r| Price::new(r.parse().unwrap())),
+        }
+    }
+
+    #[test]
+    fn price_band_is_checked_without_overflow() {
+        let policy = Policy::default();
+        let mut o = order(Side::Buy, 1);
+        o.order_type = OrderType::Limit;
+        for (price, reference, pass) in [
+            ("70.00", Some("70.00"), true),
+            ("84.00", Some("70.00"), true),
+            ("84.01", Some("70.00"), false),
+            ("-79228162514264337593543950335", Some("70.00"), false),
+            ("79228162514264337593543950335", Some("-70.00"), false),
+            ("0.50", Some("0.00"), true),
+            ("70.00", None, false),
+        ] {
+            o.limit_price = Some(Price::new(price.parse().unwrap()));
+            let c = price_band(&inputs(&policy, &o, reference));
+            assert_eq!(!c.failed(), pass, "{price} around {reference:?}: {}", c.reason);
+        }
+        o.order_type = OrderType::Market;
+        o.limit_price = None;
+        assert!(!price_band(&inputs(&policy, &o, None)).failed());
     }
 }

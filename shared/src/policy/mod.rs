@@ -6,8 +6,9 @@
 mod checks;
 
 pub use checks::{
-    check_order_cancel, check_order_submit, check_positions_sync, position_bounds,
-    recheck_order_at_execute, recheck_order_without_position, CancelInputs, OrderInputs,
+    check_order_cancel, check_order_submit, check_positions_sync, position_gate,
+    recheck_order_at_execute, recheck_order_without_position, reservation_bound, CancelInputs,
+    OrderInputs,
 };
 
 use std::path::Path;
@@ -38,6 +39,11 @@ pub struct Policy {
     pub tick: Decimal,
     /// Whether negative limit and stop prices may trade (CL settled at -37.63 in 2020).
     pub allow_negative_prices: bool,
+    /// The price band: a limit or stop price may lie at most this percentage of the
+    /// reference price away from it (`price_band`)...
+    pub price_band_pct: Decimal,
+    /// ...or this many dollars, whichever is wider (a reference near zero still has a band).
+    pub price_band_min: Decimal,
 }
 
 impl Default for Policy {
@@ -51,6 +57,8 @@ impl Default for Policy {
             close_only_business_days: 2,
             tick: Decimal::new(1, 2),
             allow_negative_prices: true,
+            price_band_pct: Decimal::new(20, 0),
+            price_band_min: Decimal::new(100, 2),
         }
     }
 }
@@ -78,6 +86,12 @@ impl Policy {
         }
         if self.max_order_size == 0 || self.max_position == 0 {
             return Err("max_order_size and max_position must be at least 1".into());
+        }
+        if self.price_band_pct <= Decimal::ZERO || self.price_band_pct > Decimal::new(100, 0) {
+            return Err("price_band_pct must be more than 0 and at most 100".into());
+        }
+        if self.price_band_min < Decimal::ZERO || self.price_band_min > Decimal::new(1000, 0) {
+            return Err("price_band_min must be between 0 and 1000".into());
         }
         Ok(())
     }

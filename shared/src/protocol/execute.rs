@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::{order_inputs_position, NormalizedOrder};
+use super::plan::{order_inputs_exposure, NormalizedOrder};
 use super::{not_found, sha256_hex, ChatContext};
 use crate::app::AppState;
 use crate::auth::{Caller, Permission, TokenFault};
@@ -25,9 +25,8 @@ use crate::domain::{
 };
 use crate::error::{ApiError, Code};
 use crate::policy::{self, OrderInputs};
-use crate::ports::{
-    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, PositionBounds,
-};
+use crate::domain::ExposureDelta;
+use crate::ports::{CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, Reservation};
 use crate::records::{
     ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
     QueueMessage, RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
@@ -77,11 +76,13 @@ struct Ctx<'a> {
     req: &'a ExecuteRequest,
     facts: &'a RequestFacts<'a>,
     fingerprint: String,
+    /// Keys are scoped to the service principal and the operator.
+    scope: String,
 }
 
 impl Ctx<'_> {
     fn principal(&self) -> &str {
-        &self.caller.service.sub
+        &self.scope
     }
 
     fn audit(&self, now: Millis, decision: &str) -> AuditRecord {
@@ -192,7 +193,6 @@ pub async fn execute(
         }
     }
     facts.chat.validate("/chat_context")?;
-    caller.check_requested_by(&req.requested_by)?;
     let fingerprint = sha256_hex(
         format!(
             "{}\u{0}{}\u{0}{}",
@@ -206,7 +206,12 @@ pub async fn execute(
         req: &req,
         facts: &facts,
         fingerprint,
+        scope: crate::records::key_scope(&caller.service.sub, &caller.operator.sub),
     };
+    // Acting for another operator is the clearest sign of an agent overreaching: audited.
+    if let Err(e) = caller.check_requested_by(&req.requested_by) {
+        return Err(ctx.reject(e, None).await);
+    }
     for _ in 0..MAX_ROUNDS {
         if let Some(done) = round(&ctx).await? {
             return Ok(done);
@@ -290,7 +295,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 ..
             } => {
                 // The first attempt committed but never finished: resume at the enqueue.
-                resume(st, &rec, &lease_owner, &action_id, now).await
+                resume(st, &rec, &lease_owner, &action_id, ctx.facts.request_id, now).await
             }
         };
     }
@@ -374,15 +379,23 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
 
     // 4. Decide, then commit atomically.
     let verdict = match decide(ctx, &plan, &snap.control, snap.rate, now).await? {
-        // The position moved outside the bounds under us: explain with the full re-check.
-        Verdict::Accept { rate, bounds } => match accept(ctx, &plan, rate, bounds, now).await? {
-            Attempt::Done(outcome) => return Ok(Some(outcome)),
-            Attempt::Retry => return Ok(None),
-            Attempt::PositionMoved => match position_violation(st, &plan, &snap.control).await? {
-                Some(error) => Verdict::Reject { error, close: true },
-                None => return Ok(None),
-            },
-        },
+        Verdict::Accept { rate, reserve } => {
+            match accept(ctx, &plan, &snap.control, rate, reserve, now).await? {
+                Attempt::Done(outcome) => return Ok(Some(outcome)),
+                Attempt::Retry => return Ok(None),
+                // The exposure left no room under us: explain with the full re-check.
+                Attempt::PositionMoved => {
+                    match position_violation(st, &plan, &snap.control).await? {
+                        Some(error) => Verdict::Reject { error, close: true },
+                        None => return Ok(None),
+                    }
+                }
+                Attempt::AccountInactive => Verdict::Reject {
+                    error: account_inactive(st, &plan).await?,
+                    close: true,
+                },
+            }
+        }
         reject => reject,
     };
     match verdict {
@@ -409,9 +422,10 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                         },
                     )
                 }),
-                require_execute_allowed: None,
+                control_version: None,
+                account_active: None,
                 rate: None,
-                position_within: None,
+                reserve: None,
                 action: None,
                 audit: ctx.audit_rejection(now, &error, Some(&plan)),
             };
@@ -426,7 +440,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
 enum Verdict {
     Accept {
         rate: RateState,
-        bounds: Option<PositionBounds>,
+        reserve: Option<Reservation>,
     },
     /// `close`: the plan is closed (kill switch, rollout mode, policy re-check).
     Reject { error: ApiError, close: bool },
@@ -523,9 +537,11 @@ async fn decide(
             true,
         );
     }
-    let mut bounds = None;
+    let mut reserve = None;
     if plan.action_type == ActionType::OrderSubmitCl {
-        // The time and size re-checks here; the position ones as a condition of the commit.
+        // Every check that can change since the plan, under the policy in force now; the
+        // position ones (with open orders) as a condition of the commit, which also
+        // reserves the order's contracts.
         let (order, contract) = plan_order(plan)?;
         let inputs = OrderInputs {
             policy: st.policy_for(control),
@@ -534,7 +550,8 @@ async fn decide(
             account_id: &plan.account_id,
             order: &order,
             contract,
-            position: 0,
+            exposure: Default::default(),
+            reference: plan.reference_price,
         };
         let failed: Vec<RiskCheck> = policy::recheck_order_without_position(&inputs)
             .into_iter()
@@ -543,12 +560,15 @@ async fn decide(
         if !failed.is_empty() {
             return reject(policy_violation(&failed), true);
         }
-        let (min, max) = policy::position_bounds(&inputs);
-        bounds = Some(PositionBounds {
-            account_id: plan.account_id.clone(),
-            symbol: order.symbol.clone(),
-            min,
-            max,
+        reserve = Some(Reservation {
+            side: order.side,
+            bound: policy::reservation_bound(&inputs),
+            delta: ExposureDelta::reserve(
+                &plan.account_id,
+                &order.symbol,
+                order.side,
+                order.quantity.get() as i64,
+            ),
         });
     }
     // Rate limit: not a decision, so nothing is recorded and the key can be retried.
@@ -565,7 +585,7 @@ async fn decide(
         .retry_after(wait);
         return Err(ctx.reject(e, Some(plan)).await);
     }
-    Ok(Verdict::Accept { rate, bounds })
+    Ok(Verdict::Accept { rate, reserve })
 }
 
 /// The plan's order, as confirmed.
@@ -602,7 +622,7 @@ async fn position_violation(
     control: &Control,
 ) -> Result<Option<ApiError>, ApiError> {
     let (order, contract) = plan_order(plan)?;
-    let position = order_inputs_position(st, &plan.account_id, contract).await?;
+    let exposure = order_inputs_exposure(st, &plan.account_id, contract).await?;
     let inputs = OrderInputs {
         policy: st.policy_for(control),
         calendar: ExchangeCalendar::cme(),
@@ -610,13 +630,27 @@ async fn position_violation(
         account_id: &plan.account_id,
         order: &order,
         contract,
-        position,
+        exposure,
+        reference: plan.reference_price,
     };
     let failed: Vec<RiskCheck> = policy::recheck_order_at_execute(&inputs)
         .into_iter()
         .filter(RiskCheck::failed)
         .collect();
     Ok((!failed.is_empty()).then(|| policy_violation(&failed)))
+}
+
+/// The commit found the account no longer active: say what it is now.
+async fn account_inactive(st: &AppState, plan: &PlanRecord) -> Result<ApiError, ApiError> {
+    let status = match st.ports.accounts.get_account(&plan.account_id).await? {
+        Some(a) => a.status.to_string(),
+        None => "gone".to_string(),
+    };
+    let check = RiskCheck::fail(
+        "account_allowed",
+        format!("account {} is {status}, not active", plan.account_id),
+    );
+    Ok(policy_violation(&[check]))
 }
 
 fn key_record(ctx: &Ctx<'_>, now: Millis, state: KeyState) -> KeyRecord {
@@ -637,15 +671,18 @@ enum Attempt {
     Done(ExecuteOutcome),
     /// Another request changed a condition; read and decide again.
     Retry,
-    /// The position left the bounds the order needs.
+    /// The exposure left no room for the order.
     PositionMoved,
+    /// The account is no longer active.
+    AccountInactive,
 }
 
 async fn accept(
     ctx: &Ctx<'_>,
     plan: &PlanRecord,
+    control: &Control,
     rate: RateState,
-    bounds: Option<PositionBounds>,
+    reserve: Option<Reservation>,
     now: Millis,
 ) -> Result<Attempt, ApiError> {
     let st = ctx.state;
@@ -747,14 +784,20 @@ async fn accept(
                 action_id: action_id.clone(),
             },
         )),
-        require_execute_allowed: Some(plan.action_type),
+        control_version: Some(control.version),
+        // Cancels and syncs reduce risk: they run on a suspended account too.
+        account_active: plan
+            .action_type
+            .is_order_submission()
+            .then(|| plan.account_id.clone()),
         rate: Some(rate.next(now, st.config.execute_rate_per_minute)),
-        position_within: bounds,
+        reserve,
         action: Some(action.clone()),
         audit,
     };
     match st.ports.ledger.commit(&commit, now).await? {
         CommitOutcome::Conflict(Conflict::Position) => return Ok(Attempt::PositionMoved),
+        CommitOutcome::Conflict(Conflict::Account) => return Ok(Attempt::AccountInactive),
         CommitOutcome::Conflict(_) => return Ok(Attempt::Retry),
         CommitOutcome::Committed => {}
     }
@@ -805,6 +848,7 @@ async fn resume(
     rec: &KeyRecord,
     old_owner: &str,
     action_id: &str,
+    request_id: &str,
     now: Millis,
 ) -> Result<Option<ExecuteOutcome>, ApiError> {
     let new_owner = new_id("lease", now);
@@ -833,7 +877,7 @@ async fn resume(
         &action,
         &rec.key,
         "a retry with the same idempotency key finished an interrupted execute",
-        crate::http::observe::current_request_id(),
+        request_id.to_string(),
         now,
     );
     st.ports.audit.append(&audit).await?;

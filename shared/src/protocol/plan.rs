@@ -81,6 +81,7 @@ struct Evaluated {
     normalized: serde_json::Value,
     checks: Vec<RiskCheck>,
     preview: String,
+    reference: Option<Price>,
 }
 
 fn tif_words(t: TimeInForce) -> &'static str {
@@ -114,21 +115,33 @@ pub fn order_preview(o: &NormalizedOrder) -> String {
     )
 }
 
-/// Shared by plan and execute: the inputs of the `order.submit.cl` checks.
-pub async fn order_inputs_position(
+/// Shared by plan and execute: the account's exposure in the contract (its position and
+/// open orders), an input of the `order.submit.cl` checks.
+pub async fn order_inputs_exposure(
     state: &AppState,
     account_id: &str,
     contract: Option<ClContract>,
-) -> Result<i64, ApiError> {
+) -> Result<crate::domain::Exposure, ApiError> {
     Ok(match contract {
-        Some(c) => state
-            .ports
-            .positions
-            .get_position(account_id, &c.symbol())
-            .await?
-            .map(|p| p.quantity)
-            .unwrap_or(0),
-        None => 0,
+        Some(c) => {
+            state
+                .ports
+                .positions
+                .get_exposure(account_id, &c.symbol())
+                .await?
+        }
+        None => crate::domain::Exposure::default(),
+    })
+}
+
+/// The reference price of the contract (the paper broker's price table), for the band.
+async fn reference_price(
+    state: &AppState,
+    contract: Option<ClContract>,
+) -> Result<Option<Price>, ApiError> {
+    Ok(match contract {
+        Some(c) => state.ports.paper.prices().await?.get(&c.symbol()).copied(),
+        None => None,
     })
 }
 
@@ -141,7 +154,11 @@ async fn evaluate_order(
     let account = visible_account(state, caller, o.account_id.as_str()).await?;
     let cal = ExchangeCalendar::cme();
     let contract = ClContract::parse(&o.symbol).ok();
-    let position = order_inputs_position(state, &account.account_id, contract).await?;
+    let exposure = order_inputs_exposure(state, &account.account_id, contract).await?;
+    let reference = match o.order_type {
+        OrderType::Market => None,
+        _ => reference_price(state, contract).await?,
+    };
     let inputs = OrderInputs {
         policy: state.policy_for(control),
         calendar: cal,
@@ -149,7 +166,8 @@ async fn evaluate_order(
         account_id: &account.account_id,
         order: &o,
         contract,
-        position,
+        exposure,
+        reference,
     };
     let checks = policy::check_order_submit(&inputs, &account, control);
     let normalized = NormalizedOrder {
@@ -172,6 +190,7 @@ async fn evaluate_order(
             .map_err(|e| ApiError::internal(e.to_string()))?,
         account,
         checks,
+        reference,
     })
 }
 
@@ -207,6 +226,7 @@ async fn evaluate_cancel(
         normalized: serde_json::json!({ "account_id": account.account_id, "order_id": c.order_id }),
         account,
         checks,
+        reference: None,
     })
 }
 
@@ -226,6 +246,7 @@ async fn evaluate_sync(
         normalized: serde_json::json!({ "account_id": account.account_id }),
         account,
         checks,
+        reference: None,
     })
 }
 
@@ -303,6 +324,7 @@ pub async fn plan(
         expires_at,
         chat_context: serde_json::to_value(&chat).unwrap_or_default(),
         request_id: request_id.to_string(),
+        reference_price: eval.reference,
     };
     let failed: Vec<&str> = eval
         .checks

@@ -68,3 +68,36 @@ pub fn ttl_seconds(ms: Millis) -> AttributeValue {
 pub fn idempotency_pk(principal: &str, key: &str) -> String {
     format!("{}:{principal}#{key}", principal.len())
 }
+
+/// The increments of an exposure change: `ADD` creates the item (all zero) when absent, and
+/// concurrent increments never conflict. `worst_long` / `worst_short` move with the parts
+/// they sum, so a condition can compare them (DynamoDB conditions cannot add attributes).
+pub fn exposure_update(
+    table: &str,
+    d: &crate::domain::ExposureDelta,
+) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
+    aws_sdk_dynamodb::types::Update::builder()
+        .table_name(table)
+        .key("account_id", s(d.account_id.clone()))
+        .key("symbol", s(d.symbol.clone()))
+        .update_expression(
+            "ADD #p :p, open_buy :ob, open_sell :os, worst_long :wl, worst_short :ws",
+        )
+        .expression_attribute_names("#p", "position")
+        .expression_attribute_values(":p", n(d.position))
+        .expression_attribute_values(":ob", n(d.open_buy))
+        .expression_attribute_values(":os", n(d.open_sell))
+        .expression_attribute_values(":wl", n(d.worst_long()))
+        .expression_attribute_values(":ws", n(d.worst_short()))
+}
+
+pub fn exposure_from_item(item: Option<&Item>) -> crate::domain::Exposure {
+    match item {
+        Some(i) => crate::domain::Exposure {
+            position: opt_n(i, "position").unwrap_or(0),
+            open_buy: opt_n(i, "open_buy").unwrap_or(0),
+            open_sell: opt_n(i, "open_sell").unwrap_or(0),
+        },
+        None => crate::domain::Exposure::default(),
+    }
+}

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
+    ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
 };
 
 use super::ddb::{self, idempotency_pk, n, s, Item};
@@ -215,26 +215,41 @@ impl ExecuteLedger for Aws {
             kinds.push(Conflict::Plan);
         }
 
-        // The control record still allows this action.
-        if let Some(a) = c.require_execute_allowed {
-            let mut expr = "rollout.#a = :execute".to_string();
-            let mut cc = ConditionCheck::builder()
+        // The control record is still the one decided on (kill switch, rollout, policy).
+        if let Some(version) = c.control_version {
+            // Version 0: no control item yet (the defaults), or one from before versions.
+            let expr = if version == 0 {
+                "attribute_not_exists(id) OR attribute_not_exists(version) OR version = :v"
+            } else {
+                "version = :v"
+            };
+            let cc = ConditionCheck::builder()
                 .table_name(&n_.control)
                 .key("id", s(CONTROL_ID))
-                .expression_attribute_names("#a", a.as_str())
-                .expression_attribute_values(":execute", s("execute"));
-            if a.is_order_submission() {
-                expr.push_str(" AND trade_execute_enabled = :on");
-                cc = cc.expression_attribute_values(":on", AttributeValue::Bool(true));
-            }
-            // No control item yet means the defaults: everything enabled.
-            cc = cc.condition_expression(format!("attribute_not_exists(id) OR ({expr})"));
+                .condition_expression(expr)
+                .expression_attribute_values(":v", n(version as i64));
             items.push(
                 TransactWriteItem::builder()
                     .condition_check(built(cc.build())?)
                     .build(),
             );
             kinds.push(Conflict::Control);
+        }
+
+        // The account is still active.
+        if let Some(account_id) = &c.account_active {
+            let cc = ConditionCheck::builder()
+                .table_name(&n_.accounts)
+                .key("account_id", s(account_id.clone()))
+                .condition_expression("#st = :active")
+                .expression_attribute_names("#st", "status")
+                .expression_attribute_values(":active", s("active"));
+            items.push(
+                TransactWriteItem::builder()
+                    .condition_check(built(cc.build())?)
+                    .build(),
+            );
+            kinds.push(Conflict::Account);
         }
 
         // The operator's rate record: an increment below the limit, or a roll-over to
@@ -249,9 +264,9 @@ impl ExecuteLedger for Aws {
                 .expression_attribute_values(":ttl", n((u.bucket + 3 * 60_000).div_euclid(1000)));
             let up = if u.is_increment() {
                 up.update_expression("SET #c = #c + :one, #ttl = :ttl")
-                    .condition_expression("#b = :b AND #c < :limit")
+                    .condition_expression("#b = :b AND #c < :cap")
                     .expression_attribute_values(":one", n(1))
-                    .expression_attribute_values(":limit", n(u.limit as i64))
+                    .expression_attribute_values(":cap", n(u.cap as i64))
             } else {
                 up.update_expression("SET #b = :b, #c = :one, previous = :prev, #ttl = :ttl")
                     .condition_expression("attribute_not_exists(operator_id) OR #b = :old")
@@ -268,24 +283,25 @@ impl ExecuteLedger for Aws {
             kinds.push(Conflict::Rate);
         }
 
-        // The position is still inside the order's bounds (absent counts as 0).
-        if let Some(b) = &c.position_within {
-            let within = "quantity BETWEEN :lo AND :hi";
-            let expr = if b.min <= 0 && 0 <= b.max {
-                format!("attribute_not_exists(quantity) OR {within}")
-            } else {
-                within.to_string()
+        // The worst case on the order's side leaves room (absent counts as 0), and the
+        // order's contracts are reserved in the same write.
+        if let Some(r) = &c.reserve {
+            let (attr, cmp, zero_fits) = match r.side {
+                crate::domain::Side::Buy => ("worst_long", "<=", r.bound >= 0),
+                crate::domain::Side::Sell => ("worst_short", ">=", r.bound <= 0),
             };
-            let cc = ConditionCheck::builder()
-                .table_name(&n_.positions)
-                .key("account_id", s(b.account_id.clone()))
-                .key("symbol", s(b.symbol.clone()))
+            let within = format!("{attr} {cmp} :bound");
+            let expr = if zero_fits {
+                format!("attribute_not_exists({attr}) OR {within}")
+            } else {
+                within
+            };
+            let up = ddb::exposure_update(&n_.exposures, &r.delta)
                 .condition_expression(expr)
-                .expression_attribute_values(":lo", n(b.min))
-                .expression_attribute_values(":hi", n(b.max));
+                .expression_attribute_values(":bound", n(r.bound));
             items.push(
                 TransactWriteItem::builder()
-                    .condition_check(built(cc.build())?)
+                    .update(built(up.build())?)
                     .build(),
             );
             kinds.push(Conflict::Position);

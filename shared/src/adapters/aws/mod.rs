@@ -56,6 +56,7 @@ impl Intercept for CallRecorder {
 pub struct Names {
     pub accounts: String,
     pub positions: String,
+    pub exposures: String,
     pub orders: String,
     pub jobs: String,
     pub plans: String,
@@ -146,6 +147,7 @@ impl Aws {
         let names = Names {
             accounts: shapes::ACCOUNTS.name(),
             positions: shapes::POSITIONS.name(),
+            exposures: shapes::EXPOSURES.name(),
             orders: shapes::ORDERS.name(),
             jobs: shapes::JOBS.name(),
             plans: shapes::PLANS.name(),
@@ -203,4 +205,40 @@ where
     R: std::fmt::Debug,
 {
     StoreError::Unavailable(format!("{what}: {}", aws_error(e)))
+}
+
+/// A failed condition, or a transaction cancelled because of one (`ConditionalCheckFailed`)
+/// or because another transaction touched the same items (`TransactionConflict`): the
+/// caller reads again and decides again. A transaction cancelled for anything else
+/// (throttling, validation) is an error, so the message is retried rather than settled.
+pub(super) fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static, R>(
+    e: &aws_sdk_dynamodb::error::SdkError<E, R>,
+) -> bool {
+    use aws_sdk_dynamodb::error::SdkError;
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    let SdkError::ServiceError(se) = e else {
+        return false;
+    };
+    match se.err().code() {
+        Some("ConditionalCheckFailedException") => true,
+        Some("TransactionCanceledException") => {
+            let any: &dyn std::any::Any = se.err();
+            match any.downcast_ref::<TransactWriteItemsError>() {
+                Some(TransactWriteItemsError::TransactionCanceledException(tc)) => {
+                    let codes: Vec<_> = tc
+                        .cancellation_reasons()
+                        .iter()
+                        .filter_map(|r| r.code())
+                        .filter(|c| *c != "None")
+                        .collect();
+                    !codes.is_empty()
+                        && codes
+                            .iter()
+                            .all(|c| matches!(*c, "ConditionalCheckFailed" | "TransactionConflict"))
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    }
 }

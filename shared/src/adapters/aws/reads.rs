@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem
 use super::ddb::{self, from_body, get_s, n, opt_n, opt_s, s, time_key, Item};
 use super::{unavailable, Aws};
 use crate::auth::DeskScope;
-use crate::domain::{Account, Job, Millis, Order, Position};
+use crate::domain::{Account, Exposure, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
 use crate::ports::{
     AccountStore, ActionStore, AuditLog, ControlStore, JobFilter, JobStore, OrderFilter,
@@ -319,6 +319,16 @@ impl PositionStore for Aws {
         Ok(out)
     }
 
+    async fn get_exposure(&self, account_id: &str, symbol: &str) -> StoreResult<Exposure> {
+        let item = self
+            .get(
+                &self.names.exposures,
+                &[("account_id", s(account_id)), ("symbol", s(symbol))],
+            )
+            .await?;
+        Ok(ddb::exposure_from_item(item.as_ref()))
+    }
+
     async fn get_position(&self, account_id: &str, symbol: &str) -> StoreResult<Option<Position>> {
         self.get(
             &self.names.positions,
@@ -559,7 +569,7 @@ impl ControlStore for Aws {
         )
     }
 
-    async fn put_control(&self, c: &Control) -> StoreResult<()> {
+    async fn put_control(&self, c: &Control, expected_version: u64) -> StoreResult<bool> {
         // `trade_execute_enabled` and `rollout` are attributes too: execute's commit checks
         // them in a ConditionCheck.
         let rollout: HashMap<String, AttributeValue> = c
@@ -573,7 +583,8 @@ impl ControlStore for Aws {
                 (k.clone(), s(mode))
             })
             .collect();
-        self.ddb
+        let put = self
+            .ddb
             .put_item()
             .table_name(&self.names.control)
             .item("id", s(CONTROL_ID))
@@ -582,11 +593,20 @@ impl ControlStore for Aws {
                 AttributeValue::Bool(c.trade_execute_enabled),
             )
             .item("rollout", AttributeValue::M(rollout))
-            .item("body", ddb::body(c)?)
-            .send()
-            .await
-            .map_err(|e| unavailable("PutItem control", &e))?;
-        Ok(())
+            .item("version", n(c.version as i64))
+            .item("body", ddb::body(c)?);
+        // Version 0 is "never written" (or written before versions existed).
+        let put = if expected_version == 0 {
+            put.condition_expression("attribute_not_exists(id) OR attribute_not_exists(version) OR version = :v")
+        } else {
+            put.condition_expression("version = :v")
+        }
+        .expression_attribute_values(":v", n(expected_version as i64));
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if super::is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable("PutItem control", &e)),
+        }
     }
 }
 
@@ -641,6 +661,8 @@ impl ReadModelWriter for Aws {
                 Ok(HashMap::from([
                     ("account_id".to_string(), s(a.account_id.clone())),
                     ("desk".to_string(), s(a.desk.clone())),
+                    // Execute's commit checks the account is still active.
+                    ("status".to_string(), s(a.status.as_str())),
                     ("body".to_string(), ddb::body(a)?),
                 ]))
             })
@@ -661,6 +683,24 @@ impl ReadModelWriter for Aws {
             })
             .collect::<StoreResult<Vec<Item>>>()?;
         self.batch_put(&self.names.positions, items).await
+    }
+
+    async fn put_exposures(&self, rows: &[(String, String, Exposure)]) -> StoreResult<()> {
+        let items = rows
+            .iter()
+            .map(|(account_id, symbol, e)| {
+                HashMap::from([
+                    ("account_id".to_string(), s(account_id.clone())),
+                    ("symbol".to_string(), s(symbol.clone())),
+                    ("position".to_string(), n(e.position)),
+                    ("open_buy".to_string(), n(e.open_buy)),
+                    ("open_sell".to_string(), n(e.open_sell)),
+                    ("worst_long".to_string(), n(e.worst_long())),
+                    ("worst_short".to_string(), n(e.worst_short())),
+                ])
+            })
+            .collect();
+        self.batch_put(&self.names.exposures, items).await
     }
 
     async fn put_orders(&self, rows: &[Order]) -> StoreResult<()> {

@@ -50,6 +50,18 @@ pub const POSITIONS: Table = Table {
     ttl: None,
 };
 
+/// Per account and contract: `position` (kept with every position write), `open_buy`,
+/// `open_sell`, and the derived `worst_long` / `worst_short` that conditions compare.
+pub const EXPOSURES: Table = Table {
+    logical_id: "ExposuresTable",
+    env: "AIRLOCK_EXPOSURES_TABLE",
+    default_name: "airlock-exposures",
+    partition: "account_id",
+    sort: Some("symbol"),
+    indexes: &[],
+    ttl: None,
+};
+
 /// `created_key` = zero-padded created_at millis, `#`, id: newest-first keyset order.
 pub const ORDERS: Table = Table {
     logical_id: "OrdersTable",
@@ -171,6 +183,7 @@ pub const PAPER_BROKER: Table = Table {
 pub const TABLES: &[Table] = &[
     ACCOUNTS,
     POSITIONS,
+    EXPOSURES,
     ORDERS,
     JOBS,
     PLANS,

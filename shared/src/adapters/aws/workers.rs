@@ -4,52 +4,16 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 
 use super::ddb::{self, from_body, n, s, time_key, Item};
-use super::{unavailable, Aws};
-use crate::domain::{Account, ActionStatus, Job, Millis, Order, OrderStatus, Position};
+use super::{is_condition_failure, unavailable, Aws};
+use crate::domain::{Account, ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
 use crate::ports::{PaperBookStore, PaperDoc, PositionChange, WorkerStore};
 
 fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
     r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
-}
-
-/// A failed condition, or a transaction cancelled because of one (`ConditionalCheckFailed`)
-/// or because another transaction touched the same items (`TransactionConflict`): the
-/// caller reads again and decides again. A transaction cancelled for anything else
-/// (throttling, validation) is an error, so the message is retried rather than settled.
-fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static, R>(
-    e: &SdkError<E, R>,
-) -> bool {
-    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-    let SdkError::ServiceError(se) = e else {
-        return false;
-    };
-    match se.err().code() {
-        Some("ConditionalCheckFailedException") => true,
-        Some("TransactionCanceledException") => {
-            let any: &dyn std::any::Any = se.err();
-            match any.downcast_ref::<TransactWriteItemsError>() {
-                Some(TransactWriteItemsError::TransactionCanceledException(tc)) => {
-                    let codes: Vec<_> = tc
-                        .cancellation_reasons()
-                        .iter()
-                        .filter_map(|r| r.code())
-                        .filter(|c| *c != "None")
-                        .collect();
-                    !codes.is_empty()
-                        && codes
-                            .iter()
-                            .all(|c| matches!(*c, "ConditionalCheckFailed" | "TransactionConflict"))
-                }
-                _ => false,
-            }
-        }
-        _ => false,
-    }
 }
 
 fn position_put(
@@ -75,6 +39,21 @@ fn position_put(
 }
 
 impl Aws {
+    /// The exposure's copy of a position moved by `by` (a sync replaced it).
+    fn position_moved(&self, account: &str, symbol: &str, by: i64) -> StoreResult<TransactWriteItem> {
+        let d = ExposureDelta {
+            account_id: account.to_string(),
+            symbol: symbol.to_string(),
+            position: by,
+            open_buy: 0,
+            open_sell: 0,
+        };
+        let up = ddb::exposure_update(&self.names.exposures, &d);
+        Ok(TransactWriteItem::builder()
+            .update(built(up.build())?)
+            .build())
+    }
+
     async fn desk_for(&self, account_id: &str) -> StoreResult<String> {
         match self
             .get(&self.names.accounts, &[("account_id", s(account_id))])
@@ -156,10 +135,12 @@ impl WorkerStore for Aws {
 
     async fn advance_order(
         &self,
+        prev: &Order,
         o: &Order,
-        from: OrderStatus,
         position: Option<&PositionChange>,
     ) -> StoreResult<bool> {
+        let from = prev.status;
+        let exposure = ExposureDelta::of_order_step(prev, o);
         let up = Update::builder()
             .table_name(&self.names.orders)
             .key("order_id", s(o.order_id.clone()))
@@ -174,6 +155,14 @@ impl WorkerStore for Aws {
             .build()];
         if let Some(c) = position {
             items.push(position_put(&self.names.positions, &c.new, c.expected)?);
+        }
+        if !exposure.is_zero() {
+            let up = ddb::exposure_update(&self.names.exposures, &exposure);
+            items.push(
+                TransactWriteItem::builder()
+                    .update(built(up.build())?)
+                    .build(),
+            );
         }
         self.transact_if(&items, "advance order").await
     }
@@ -228,6 +217,9 @@ impl WorkerStore for Aws {
                 &page,
             )
             .await?;
+            // Each position is replaced at the quantity read (a fill in between makes the
+            // write fail and the sync read again), and its exposure moves by the difference.
+            let held = |symbol: &str| existing.iter().find(|p| p.symbol == symbol);
             for p in existing
                 .iter()
                 .filter(|p| !rows.iter().any(|r| r.symbol == p.symbol))
@@ -235,25 +227,39 @@ impl WorkerStore for Aws {
                 let del = Delete::builder()
                     .table_name(&self.names.positions)
                     .key("account_id", s(p.account_id.clone()))
-                    .key("symbol", s(p.symbol.clone()));
+                    .key("symbol", s(p.symbol.clone()))
+                    .condition_expression("quantity = :q")
+                    .expression_attribute_values(":q", n(p.quantity));
                 items.push(
                     TransactWriteItem::builder()
                         .delete(built(del.build())?)
                         .build(),
                 );
+                items.push(self.position_moved(account, &p.symbol, -p.quantity)?);
             }
             for p in rows {
+                let before = held(&p.symbol).map(|h| h.quantity);
                 let put = Put::builder()
                     .table_name(&self.names.positions)
                     .item("account_id", s(p.account_id.clone()))
                     .item("symbol", s(p.symbol.clone()))
                     .item("quantity", n(p.quantity))
                     .item("body", ddb::body(p)?);
+                let put = match before {
+                    Some(q) => put
+                        .condition_expression("quantity = :q")
+                        .expression_attribute_values(":q", n(q)),
+                    None => put.condition_expression("attribute_not_exists(account_id)"),
+                };
                 items.push(
                     TransactWriteItem::builder()
                         .put(built(put.build())?)
                         .build(),
                 );
+                let moved = p.quantity - before.unwrap_or(0);
+                if moved != 0 {
+                    items.push(self.position_moved(account, &p.symbol, moved)?);
+                }
             }
         }
         self.transact_if(&items, "finish job").await

@@ -11,9 +11,47 @@ use crate::ports::{
     AuditLog, CommitOutcome, Conflict, ControlStore, ExecuteCommit, ExecuteLedger, ExecuteSnapshot,
     KeyCondition, PlanChange,
 };
+use crate::domain::{Exposure, ExposureDelta};
 use crate::records::{
     AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus, RateState,
 };
+
+/// The account's position (from `positions`) and open orders (from `exposures`).
+pub(super) fn load_exposure(c: &Connection, account_id: &str, symbol: &str) -> StoreResult<Exposure> {
+    let position: i64 = c
+        .prepare_cached("SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?")
+        .and_then(|mut st| st.query_row([account_id, symbol], |r| r.get(0)).optional())
+        .map_err(db_err)?
+        .unwrap_or(0);
+    let (open_buy, open_sell): (i64, i64) = c
+        .prepare_cached("SELECT open_buy, open_sell FROM exposures WHERE account_id = ? AND symbol = ?")
+        .and_then(|mut st| {
+            st.query_row([account_id, symbol], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(db_err)?
+        .unwrap_or((0, 0));
+    Ok(Exposure {
+        position,
+        open_buy,
+        open_sell,
+    })
+}
+
+/// Adds a change of open quantities (the position itself lives in `positions`).
+pub(super) fn add_open(c: &Connection, d: &ExposureDelta) -> StoreResult<()> {
+    if d.open_buy == 0 && d.open_sell == 0 {
+        return Ok(());
+    }
+    c.prepare_cached(
+        "INSERT INTO exposures (account_id, symbol, open_buy, open_sell) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (account_id, symbol) DO UPDATE SET \
+         open_buy = open_buy + ?3, open_sell = open_sell + ?4",
+    )
+    .and_then(|mut st| st.execute(params![d.account_id, d.symbol, d.open_buy, d.open_sell]))
+    .map_err(db_err)?;
+    Ok(())
+}
 
 pub(super) fn append_audit(c: &Connection, a: &AuditRecord) -> StoreResult<()> {
     let text = serde_json::to_string(a).map_err(json_err)?;
@@ -125,15 +163,24 @@ fn check(tx: &Connection, commit: &ExecuteCommit, now: i64) -> StoreResult<Optio
             return Ok(Some(Conflict::Plan));
         }
     }
-    if let Some(action_type) = commit.require_execute_allowed {
-        if !load_control(tx)?.allows_execute(action_type) {
+    if let Some(version) = commit.control_version {
+        if load_control(tx)?.version != version {
             return Ok(Some(Conflict::Control));
+        }
+    }
+    if let Some(account_id) = &commit.account_active {
+        let status: Option<String> = tx
+            .prepare_cached("SELECT status FROM accounts WHERE account_id = ?")
+            .and_then(|mut st| st.query_row([account_id], |r| r.get(0)).optional())
+            .map_err(db_err)?;
+        if status.as_deref() != Some("active") {
+            return Ok(Some(Conflict::Account));
         }
     }
     if let Some(u) = &commit.rate {
         let stored = load_rate(tx, &u.operator_id)?;
         let ok = if u.is_increment() {
-            stored.bucket == u.bucket && stored.count < u.limit
+            stored.bucket == u.bucket && stored.count < u.cap
         } else {
             stored.bucket == u.expected_bucket
         };
@@ -141,16 +188,9 @@ fn check(tx: &Connection, commit: &ExecuteCommit, now: i64) -> StoreResult<Optio
             return Ok(Some(Conflict::Rate));
         }
     }
-    if let Some(b) = &commit.position_within {
-        let qty: i64 = tx
-            .prepare_cached("SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?")
-            .and_then(|mut st| {
-                st.query_row([&b.account_id, &b.symbol], |r| r.get(0))
-                    .optional()
-            })
-            .map_err(db_err)?
-            .unwrap_or(0);
-        if qty < b.min || qty > b.max {
+    if let Some(r) = &commit.reserve {
+        let e = load_exposure(tx, &r.delta.account_id, &r.delta.symbol)?;
+        if !r.fits(&e) {
             return Ok(Some(Conflict::Position));
         }
     }
@@ -249,6 +289,9 @@ impl ExecuteLedger for Sqlite {
                     params![state.operator_id, state.bucket, text],
                 )
                 .map_err(db_err)?;
+            }
+            if let Some(r) = &commit.reserve {
+                add_open(tx, &r.delta)?;
             }
             if let Some(a) = &commit.action {
                 let text = serde_json::to_string(a).map_err(json_err)?;
@@ -360,15 +403,18 @@ impl ControlStore for Sqlite {
         self.read(load_control).await
     }
 
-    async fn put_control(&self, control: &Control) -> StoreResult<()> {
+    async fn put_control(&self, control: &Control, expected_version: u64) -> StoreResult<bool> {
         let text = serde_json::to_string(control).map_err(json_err)?;
         self.write(move |tx| {
+            if load_control(tx)?.version != expected_version {
+                return Ok(false);
+            }
             tx.execute(
                 "INSERT OR REPLACE INTO control (id, body) VALUES (1, ?)",
                 [text],
             )
             .map_err(db_err)?;
-            Ok(())
+            Ok(true)
         })
         .await
     }

@@ -7,7 +7,7 @@ use rusqlite::{params, Row};
 
 use super::{db_err, json_err, Sqlite};
 use crate::auth::DeskScope;
-use crate::domain::{Account, Job, Order, Position, Price};
+use crate::domain::{Account, Exposure, Job, Order, Position, Price};
 use crate::error::StoreResult;
 use crate::ports::{
     AccountStore, ActionStore, JobFilter, JobStore, OrderFilter, OrderStore, Page, PlanStore,
@@ -197,6 +197,11 @@ impl PositionStore for Sqlite {
         sql.push_str(" ORDER BY p.account_id, p.symbol LIMIT ?");
         args.push(Value::Integer(page.limit as i64));
         self.read(move |c| query(c, &sql, args, position_row)).await
+    }
+
+    async fn get_exposure(&self, account_id: &str, symbol: &str) -> StoreResult<Exposure> {
+        let (a, s) = (account_id.to_string(), symbol.to_string());
+        self.read(move |c| super::ledger::load_exposure(c, &a, &s)).await
     }
 
     async fn get_position(&self, account_id: &str, symbol: &str) -> StoreResult<Option<Position>> {
@@ -402,6 +407,23 @@ impl ReadModelWriter for Sqlite {
                     p.avg_price.map(|x| x.to_string()),
                     p.updated_at
                 ])
+                .map_err(db_err)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn put_exposures(&self, rows: &[(String, String, Exposure)]) -> StoreResult<()> {
+        let rows = rows.to_vec();
+        self.write(move |tx| {
+            // The position itself is the `positions` row; only open quantities live here.
+            for (account_id, symbol, e) in &rows {
+                tx.execute(
+                    "INSERT OR REPLACE INTO exposures (account_id, symbol, open_buy, open_sell) \
+                     VALUES (?, ?, ?, ?)",
+                    params![account_id, symbol, e.open_buy, e.open_sell],
+                )
                 .map_err(db_err)?;
             }
             Ok(())

@@ -139,6 +139,25 @@ const MIGRATIONS: &[&str] = &[
         WHERE status IN ('ready', 'in_flight');
     CREATE INDEX queue_done ON queue(created_at) WHERE status = 'done';
     "#,
+    // 4: open orders per account and contract, reserved at execute and released as
+    // orders fill or end, so position limits hold against the worst case. Existing open
+    // orders are counted once here.
+    r#"
+    CREATE TABLE exposures (
+        account_id TEXT NOT NULL,
+        symbol TEXT NOT NULL,
+        open_buy INTEGER NOT NULL DEFAULT 0,
+        open_sell INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (account_id, symbol)
+    );
+    INSERT INTO exposures (account_id, symbol, open_buy, open_sell)
+        SELECT account_id, symbol,
+            SUM(CASE WHEN side = 'buy' THEN MAX(quantity - filled_quantity, 0) ELSE 0 END),
+            SUM(CASE WHEN side = 'sell' THEN MAX(quantity - filled_quantity, 0) ELSE 0 END)
+        FROM orders
+        WHERE status IN ('queued', 'submitted', 'working', 'partially_filled')
+        GROUP BY account_id, symbol;
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {

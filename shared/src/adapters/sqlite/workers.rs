@@ -6,7 +6,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::reads::{job_row, order_row, query, ORDER_COLUMNS};
 use super::{db_err, json_err, Sqlite};
-use crate::domain::{ActionStatus, Job, Millis, Order, OrderStatus, Position};
+use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
 use crate::ports::{PaperBookStore, PaperDoc, PositionChange, WorkerStore};
 use crate::records::ActionRecord;
@@ -92,10 +92,11 @@ impl WorkerStore for Sqlite {
 
     async fn advance_order(
         &self,
+        prev: &Order,
         order: &Order,
-        from: OrderStatus,
         position: Option<&PositionChange>,
     ) -> StoreResult<bool> {
+        let (from, exposure) = (prev.status, ExposureDelta::of_order_step(prev, order));
         let (order, position) = (order.clone(), position.cloned());
         self.write(move |tx| {
             let status: Option<String> = tx
@@ -123,6 +124,7 @@ impl WorkerStore for Sqlite {
                 }
                 put_position(tx, &change.new)?;
             }
+            super::ledger::add_open(tx, &exposure)?;
             put_order(tx, &order, true)?;
             Ok(true)
         })

@@ -1,0 +1,311 @@
+//! Risk controls that hold at every gate (issue 12), on both backends: open orders count
+//! against the position limit (at plan, and atomically at execute under concurrency), the
+//! close-only window counts open orders too, execute re-runs every check that can change
+//! since the plan (allow lists, account status, price band), control writes never undo
+//! each other, the rate limit holds its sliding window under bursts, idempotency keys are
+//! scoped to the operator, and `operator_mismatch` is audited.
+
+use std::time::Duration;
+
+use airlock_tests::{both, Api, Backend, Resp, Server, MARKET_OPEN};
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+
+fn start(b: Backend, extra: &[(&str, &str)]) -> Server {
+    let mut env = vec![("AIRLOCK_NOW", MARKET_OPEN)];
+    env.extend_from_slice(extra);
+    Server::start_on(b, &env)
+}
+
+async fn plan_order(t: &Api, operator: &str, order: Value) -> Resp {
+    t.post(
+        "/actions/plan",
+        &json!({
+            "action_type": "order.submit.cl",
+            "payload": order,
+            "requested_by": operator,
+        }),
+    )
+    .await
+}
+
+fn order(side: &str, symbol: &str, qty: u32) -> Value {
+    json!({ "account_id": "ACC-1", "symbol": symbol, "side": side, "quantity": qty, "order_type": "market" })
+}
+
+fn check<'a>(plan: &'a Resp, name: &str) -> &'a Value {
+    plan.body["risk_checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {:?}", plan.body))
+}
+
+fn names_check(r: &Resp, name: &str) -> bool {
+    r.body["error"]["details"]
+        .as_array()
+        .map(|d| {
+            d.iter()
+                .any(|x| x["field"] == format!("risk_checks/{name}"))
+        })
+        .unwrap_or(false)
+}
+
+fn write_policy(s: &Server, policy: Value) -> String {
+    let file = s.state_dir.join(format!(
+        "policy-{}.json",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::write(&file, policy.to_string()).unwrap();
+    file.to_str().unwrap().to_string()
+}
+
+both!(open_orders_count_against_the_position_limit);
+async fn open_orders_count_against_the_position_limit(b: Backend) {
+    // Workers off: every accepted order stays open.
+    let s = start(b, &[]);
+    let t = s.trader();
+    // Six plans of 10 against a limit of 50, all made before any executes: each passes.
+    let mut plans = Vec::new();
+    for _ in 0..6 {
+        let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 10)).await;
+        assert_eq!(p["executable"], true, "{:?}", p.body);
+        plans.push(p);
+    }
+    // Executed together: the limit holds atomically against the open ones.
+    let keys: Vec<String> = (0..plans.len()).map(|i| format!("open-{i}")).collect();
+    let results = join_all(plans.iter().zip(&keys).map(|(p, k)| t.execute(p, k))).await;
+    let accepted = results.iter().filter(|r| r.status == 202).count();
+    let refused: Vec<&Resp> = results.iter().filter(|r| r.status != 202).collect();
+    assert_eq!(accepted, 5, "{:?}", results.iter().map(|r| &r.body).collect::<Vec<_>>());
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].status, 422, "{:?}", refused[0].body);
+    assert_eq!(refused[0].code(), "policy_violation");
+    assert!(names_check(refused[0], "position_limit"), "{:?}", refused[0].body);
+    // A new plan sees the open orders.
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
+    assert_eq!(p["executable"], false);
+    let c = check(&p, "position_limit");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["reason"].as_str().unwrap().contains("open orders to buy 50"),
+        "{c}"
+    );
+    // The other side has its own room.
+    let p = plan_order(&t, "op-energy-trader", order("sell", "CLH27", 10)).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
+}
+
+both!(close_only_orders_cannot_flip_the_position_together);
+async fn close_only_orders_cannot_flip_the_position_together(b: Backend) {
+    // Seeded at MARKET_OPEN: ACC-1 holds +3 CLF27. Then 2026-12-17 is inside CLF27's
+    // two-day close-only window (last trading day 2026-12-21).
+    let s = start(b, &[]);
+    let stack = s.crash();
+    let s = stack.start(&[("AIRLOCK_NOW", "2026-12-17T15:00:00Z")]);
+    let t = s.trader();
+    let a = plan_order(&t, "op-energy-trader", order("sell", "CLF27", 2)).await;
+    let b2 = plan_order(&t, "op-energy-trader", order("sell", "CLF27", 2)).await;
+    assert_eq!(a["executable"], true, "{:?}", a.body["risk_checks"]);
+    assert_eq!(b2["executable"], true, "{:?}", b2.body["risk_checks"]);
+    let ea = t.execute(&a, "close-a").await;
+    assert_eq!(ea.status, 202, "{:?}", ea.body);
+    // +3 with 2 already being sold: another 2 could flip the position to -1.
+    let eb = t.execute(&b2, "close-b").await;
+    assert_eq!(eb.status, 422, "{:?}", eb.body);
+    assert_eq!(eb.code(), "policy_violation");
+    assert!(names_check(&eb, "expiry_window"), "{:?}", eb.body);
+    let p = plan_order(&t, "op-energy-trader", order("sell", "CLF27", 1)).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
+}
+
+both!(execute_rechecks_what_changed_since_the_plan);
+async fn execute_rechecks_what_changed_since_the_plan(b: Backend) {
+    let s = start(b, &[]);
+    let t = s.trader();
+    // The account leaves the policy's allow list after the plan.
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
+    assert_eq!(p["executable"], true);
+    let file = write_policy(
+        &s,
+        json!({ "version": "only-acc-2", "allowed_accounts": ["ACC-2"] }),
+    );
+    s.cli(&["policy", "set", &file]);
+    let e = t.execute(&p, "recheck-allow").await;
+    assert_eq!(e.status, 422, "{:?}", e.body);
+    assert!(names_check(&e, "account_allowed"), "{:?}", e.body);
+    s.cli(&["policy", "reset"]);
+
+    // The account is suspended after the plan.
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
+    assert_eq!(p["executable"], true);
+    s.cli(&["account-status", "ACC-1", "suspended"]);
+    let e = t.execute(&p, "recheck-suspended").await;
+    assert_eq!(e.status, 422, "{:?}", e.body);
+    assert_eq!(e.code(), "policy_violation");
+    assert!(names_check(&e, "account_allowed"), "{:?}", e.body);
+    assert!(e.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("suspended"));
+    s.cli(&["account-status", "ACC-1", "active"]);
+
+    // The price band narrows after a limit order was planned near its edge.
+    s.cli(&["prices", "CLH27", "70.00"]);
+    let limit = "80.00";
+    let p = plan_order(
+        &t,
+        "op-energy-trader",
+        json!({ "account_id": "ACC-1", "symbol": "CLH27", "side": "buy", "quantity": 1,
+                "order_type": "limit", "limit_price": limit }),
+    )
+    .await;
+    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
+    let file = write_policy(&s, json!({ "version": "band-5", "price_band_pct": "5" }));
+    s.cli(&["policy", "set", &file]);
+    let e = t.execute(&p, "recheck-band").await;
+    assert_eq!(e.status, 422, "{:?}", e.body);
+    assert!(names_check(&e, "price_band"), "{:?}", e.body);
+}
+
+both!(a_price_far_from_the_reference_fails_at_plan);
+async fn a_price_far_from_the_reference_fails_at_plan(b: Backend) {
+    let s = start(b, &[]);
+    let t = s.trader();
+    for price in ["-79228162514264337593543950335", "790000.00", "0.01"] {
+        let p = plan_order(
+            &t,
+            "op-energy-trader",
+            json!({ "account_id": "ACC-1", "symbol": "CLH27", "side": "buy", "quantity": 1,
+                    "order_type": "limit", "limit_price": price }),
+        )
+        .await;
+        assert_eq!(p.status, 200, "{price}: {:?}", p.body);
+        assert_eq!(p["executable"], false, "{price}");
+        assert_eq!(check(&p, "price_band")["status"], "fail", "{price}");
+        assert!(p["confirmation_token"].is_null());
+    }
+}
+
+both!(control_writes_never_undo_each_other);
+async fn control_writes_never_undo_each_other(b: Backend) {
+    let s = start(b, &[]);
+    for round in 0..3 {
+        // An engage racing several rollout changes: every change lands, none is undone.
+        let s = &s;
+        std::thread::scope(|scope| {
+            scope.spawn(move || s.cli(&["kill-switch", "engage", "--reason", "drill"]));
+            for mode in ["plan_only", "execute", "plan_only"] {
+                scope.spawn(move || s.cli(&["rollout", "positions.sync", mode]));
+            }
+        });
+        let status = s.cli(&["kill-switch", "status"]);
+        assert!(
+            status.contains("ENGAGED"),
+            "round {round}: a rollout write undid the engage: {status}"
+        );
+        s.cli(&["kill-switch", "release"]);
+    }
+}
+
+both!(the_rate_limit_holds_its_sliding_window_under_a_burst);
+async fn the_rate_limit_holds_its_sliding_window_under_a_burst(b: Backend) {
+    let s = start(b, &[("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "5")]);
+    let t = s.trader();
+    let mut plans = Vec::new();
+    for _ in 0..12 {
+        let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
+        assert_eq!(p["executable"], true);
+        plans.push(p);
+    }
+    // The server's clock, from a plan's expiry (5 minutes after it was made).
+    let server_now = |p: &Resp| {
+        chrono::DateTime::parse_from_rfc3339(p["expires_at"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis()
+            - 300_000
+    };
+    // Fill the limit early enough in a minute that the burst lands early in the next.
+    let mut now = server_now(&plans[0]);
+    if now % 60_000 > 40_000 {
+        tokio::time::sleep(Duration::from_millis((61_000 - now % 60_000) as u64)).await;
+    }
+    for (i, p) in plans.iter().take(5).enumerate() {
+        let e = t.execute(p, &format!("rate-{i}")).await;
+        assert_eq!(e.status, 202, "{:?}", e.body);
+    }
+    let probe = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
+    now = server_now(&probe);
+    // Into the next minute by about a second: the last minute's 5 still count ~5 * 59/60.
+    tokio::time::sleep(Duration::from_millis((61_000 - now % 60_000) as u64)).await;
+    let keys: Vec<String> = (5..plans.len()).map(|i| format!("burst-{i}")).collect();
+    let burst = join_all(plans[5..].iter().zip(&keys).map(|(p, k)| t.execute(p, k))).await;
+    let accepted = burst.iter().filter(|r| r.status == 202).count();
+    assert!(
+        burst.iter().all(|r| r.status == 202 || r.status == 429),
+        "{:?}",
+        burst.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
+    // Within 1 to 13 s of the minute, the window leaves room for at most 2 more; a commit
+    // checking only the current minute would have let 5 through.
+    assert!(accepted <= 2, "{accepted} accepted in the burst");
+}
+
+both!(idempotency_keys_are_scoped_to_the_operator);
+async fn idempotency_keys_are_scoped_to_the_operator(b: Backend) {
+    let s = start(b, &[]);
+    let alice = s.trader();
+    let bob = alice.with_tokens(
+        &s.service_token(),
+        &s.operator_token("op-energy-trader-2", "trader", Some("energy")),
+    );
+    let pa = plan_order(&alice, "op-energy-trader", order("buy", "CLH27", 1)).await;
+    let pb = plan_order(&bob, "op-energy-trader-2", order("buy", "CLH27", 1)).await;
+    assert_eq!(pb.status, 200, "{:?}", pb.body);
+    let ea = alice.execute(&pa, "predictable-key").await;
+    assert_eq!(ea.status, 202, "{:?}", ea.body);
+    let eb = bob
+        .post(
+            "/actions/execute",
+            &json!({
+                "plan_id": pb["plan_id"], "confirmation_token": pb["confirmation_token"],
+                "idempotency_key": "predictable-key", "requested_by": "op-energy-trader-2"
+            }),
+        )
+        .await;
+    assert_eq!(eb.status, 202, "another operator's key is not shared: {:?}", eb.body);
+    assert_ne!(ea["action_id"], eb["action_id"]);
+    // Each replays its own.
+    let again = alice.execute(&pa, "predictable-key").await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again["action_id"], ea["action_id"]);
+}
+
+both!(operator_mismatch_at_execute_is_audited);
+async fn operator_mismatch_at_execute_is_audited(b: Backend) {
+    let s = start(b, &[]);
+    let t = s.trader();
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
+    let e = t
+        .post(
+            "/actions/execute",
+            &json!({
+                "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"],
+                "idempotency_key": "mismatch-1", "requested_by": "op-someone-else"
+            }),
+        )
+        .await;
+    assert_eq!(e.status, 403, "{:?}", e.body);
+    assert_eq!(e.code(), "operator_mismatch");
+    let trail = s.audit(p["plan_id"].as_str().unwrap());
+    assert!(
+        trail
+            .iter()
+            .any(|a| a["reason_code"] == "operator_mismatch" && a["decision"] == "rejected"),
+        "{trail:?}"
+    );
+}
