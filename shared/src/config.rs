@@ -137,6 +137,18 @@ fn claim_name(name: &'static str, default: &str) -> Result<String, ConfigError> 
     }
 }
 
+/// `AIRLOCK_SERVICE_TOKEN_MARKER`: what only a client-credentials token carries
+/// (`CLAIM=VALUE`, `CLAIM=@OTHER_CLAIM` or `none`; default `gty=client-credentials`).
+/// See [`crate::auth::ServiceMarker`].
+fn service_marker() -> Result<Option<crate::auth::ServiceMarker>, ConfigError> {
+    let v = var("AIRLOCK_SERVICE_TOKEN_MARKER")
+        .unwrap_or_else(|| crate::auth::DEFAULT_SERVICE_MARKER.to_string());
+    crate::auth::ServiceMarker::parse(&v).map_err(|message| ConfigError {
+        var: "AIRLOCK_SERVICE_TOKEN_MARKER",
+        message,
+    })
+}
+
 impl Config {
     /// Rules across variables: the two token kinds must be told apart, and the JWKS
     /// refetch cooldown may not outlast the cache.
@@ -181,6 +193,7 @@ impl Config {
                 scope_prefix: var("AIRLOCK_SERVICE_SCOPE_PREFIX").unwrap_or_default(),
                 roles: claim_name("AIRLOCK_OPERATOR_ROLES_CLAIM", "roles")?,
                 desks: claim_name("AIRLOCK_OPERATOR_DESKS_CLAIM", "desks")?,
+                service_marker: service_marker()?,
             },
             jwks_cache_s: number("AIRLOCK_JWKS_CACHE_SECONDS", 600, 60, 86_400)?,
             jwks_refetch_cooldown_s: number("AIRLOCK_JWKS_REFETCH_COOLDOWN_SECONDS", 30, 1, 3_600)?,

@@ -27,6 +27,7 @@ fn env<'a>(idp: &'a Idp, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)
 
 fn service_claims(now: i64, jti: &str) -> Value {
     json!({ "iss": SERVICE_ISS, "aud": SERVICE_AUD, "sub": "mastra-agent", "jti": jti,
+            "gty": "client-credentials",
             "scope": "trade.read trade.plan trade.execute", "iat": now, "exp": now + 600 })
 }
 
@@ -165,6 +166,18 @@ async fn provider_tokens_plan_and_execute_a_trade() {
         .await;
     assert_eq!(r.status, 403, "{:?}", r.body);
     assert_eq!(r.code(), "operator_mismatch");
+    // Audited, naming who claimed to act for whom (issue 12, item 9).
+    let trail = s.audit(plan2["plan_id"].as_str().unwrap());
+    let refusal = trail
+        .iter()
+        .find(|a| a["reason_code"] == "operator_mismatch")
+        .unwrap_or_else(|| panic!("no operator_mismatch audit record: {trail:?}"));
+    assert_eq!(refusal["operator_id"], "op-energy-2", "{refusal}");
+    let reason = refusal["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("\"op-energy-trader\"") && reason.contains("\"op-energy-2\""),
+        "{reason}"
+    );
 }
 
 /// MARKET_OPEN (2026-11-23T15:00:00Z) in seconds since the epoch.
@@ -265,6 +278,7 @@ async fn cognito_shaped_tokens() {
         ("AIRLOCK_OPERATOR_AUDIENCE", "console-client-id"),
         ("AIRLOCK_OPERATOR_ROLES_CLAIM", "cognito:groups"),
         ("AIRLOCK_OPERATOR_DESKS_CLAIM", "custom:desks"),
+        ("AIRLOCK_SERVICE_TOKEN_MARKER", "sub=@client_id"),
     ]);
     let now = now_s();
     let access = json!({ "iss": pool, "sub": "mastra-client-id", "client_id": "mastra-client-id",
@@ -285,6 +299,29 @@ async fn cognito_shaped_tokens() {
         .get("/accounts")
         .await;
     assert_eq!((r.status, r.code()), (401, "unauthenticated"));
+    // A user's access token for the same app client (Cognito: `sub` is the user, not the
+    // client): not a client-credentials token, refused as the service token.
+    let user_access = json!({ "iss": pool, "sub": "5f1c2d3e-user", "client_id": "mastra-client-id",
+        "username": "alice", "token_use": "access", "scope": "airlock/trade.read airlock/trade.plan",
+        "iat": now, "exp": now + 300 });
+    let r = api
+        .with_tokens(&svc_key.sign(&user_access), &svc_key.sign(&id))
+        .get("/accounts")
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (401, "unauthenticated"),
+        "{:?}",
+        r.body
+    );
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("claim sub equal to claim client_id"),
+        "{:?}",
+        r.body
+    );
     let unprefixed = with(access.clone(), "scope", json!("trade.read"));
     let r = api
         .with_tokens(&svc_key.sign(&unprefixed), &svc_key.sign(&id))
@@ -342,4 +379,102 @@ async fn the_jwks_is_fetched_over_verified_https() {
         log.contains("could not fetch identity provider keys") && log.contains("UnknownIssuer"),
         "the fetch failed on the certificate, it was not skipped"
     );
+}
+
+/// Issue 12, item 10: a provider's token issued to a user (same issuer, same audience, even
+/// the trade scopes) must not pass as Mastra's client-credentials token, and a
+/// client-credentials token must not pass as an operator's. The marker that tells them
+/// apart is configuration (`AIRLOCK_SERVICE_TOKEN_MARKER`), `gty=client-credentials` by
+/// default (Auth0, and the dev issuer).
+airlock_tests::both!(a_user_token_of_the_same_provider_is_not_the_service_token);
+async fn a_user_token_of_the_same_provider_is_not_the_service_token(b: airlock_tests::Backend) {
+    let rsa = Key::rs256("svc-rsa-1");
+    let ec = Key::es256("ops-ec-1");
+    let idp = Idp::start(&[&rsa, &ec]);
+    let s = Server::start_on(b, &env(&idp, &[]));
+    let now = now_s();
+    let op = ec.sign(&operator_claims(now));
+    let api = Api::new(&s, rsa.sign(&service_claims(now, "m")), op.clone());
+    assert_eq!(api.get("/accounts").await.status, 200);
+
+    // Auth0: a user's access token for the API, with the API's audience and scopes.
+    let mut user = service_claims(now, "u");
+    user.as_object_mut().unwrap().remove("gty");
+    user["sub"] = json!("auth0|alice");
+    for (what, claims) in [
+        ("no gty", user.clone()),
+        (
+            "gty of a user's grant",
+            with(user.clone(), "gty", json!("password")),
+        ),
+    ] {
+        let r = api
+            .with_tokens(&rsa.sign(&claims), &op)
+            .get("/accounts")
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (401, "unauthenticated"),
+            "{what}: {:?}",
+            r.body
+        );
+        let m = r.body["error"]["message"].as_str().unwrap();
+        assert!(
+            m.contains("not a client-credentials token")
+                && m.contains("gty")
+                && m.contains("AIRLOCK_SERVICE_TOKEN_MARKER"),
+            "{what}: {m}"
+        );
+    }
+    // The plan endpoint too, and nothing is planned.
+    let r = api
+        .with_tokens(&rsa.sign(&user), &op)
+        .post(
+            "/actions/plan",
+            &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-1"},
+                    "requested_by": "op-energy-trader"}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (401, "unauthenticated"));
+
+    // A client-credentials token is not an operator's, even with the operator audience.
+    let machine_op = with(operator_claims(now), "gty", json!("client-credentials"));
+    let r = api
+        .with_tokens(&rsa.sign(&service_claims(now, "n")), &ec.sign(&machine_op))
+        .get("/accounts")
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (401, "operator_unauthenticated"),
+        "{:?}",
+        r.body
+    );
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("client-credentials (service) token"));
+
+    // Entra ID: `idtyp=app` (optional claim) marks app-only tokens.
+    let s = s
+        .crash()
+        .start(&env(&idp, &[("AIRLOCK_SERVICE_TOKEN_MARKER", "idtyp=app")]));
+    let app = with(service_claims(now, "e1"), "idtyp", json!("app"));
+    let r = Api::new(&s, rsa.sign(&app), op.clone())
+        .get("/accounts")
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let delegated = with(service_claims(now, "e2"), "idtyp", json!("user"));
+    let r = Api::new(&s, rsa.sign(&delegated), op.clone())
+        .get("/accounts")
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (401, "unauthenticated"),
+        "{:?}",
+        r.body
+    );
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("claim idtyp = \"app\""));
 }

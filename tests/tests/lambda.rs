@@ -271,7 +271,8 @@ fn http_function_verifies_provider_tokens_from_its_jwks_url() {
     );
     let now = now_s();
     let service = svc_key.sign(&json!({"iss": "https://idp.test/", "aud": "airlock-api",
-        "sub": "mastra", "scope": "trade.read", "iat": now, "exp": now + 300}));
+        "sub": "mastra", "scope": "trade.read", "gty": "client-credentials",
+        "iat": now, "exp": now + 300}));
     let operator = op_key.sign(
         &json!({"iss": "https://idp.test/", "aud": "airlock-operators",
         "sub": "op-1", "roles": ["viewer"], "desks": ["metals"], "iat": now, "exp": now + 300}),

@@ -5,6 +5,7 @@
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::Serialize;
 
+use crate::auth::ServiceMarker;
 use crate::config::Config;
 
 pub const DEV_ISSUER_KID: &str = "airlock-dev-issuer-1";
@@ -12,16 +13,6 @@ pub const DEV_ISSUER_KID: &str = "airlock-dev-issuer-1";
 pub struct DevIssuer {
     key: EncodingKey,
     pub public: p256::PublicKey,
-}
-
-#[derive(Serialize)]
-struct ServiceClaims<'a> {
-    iss: &'a str,
-    aud: &'a str,
-    sub: &'a str,
-    scope: &'a str,
-    iat: i64,
-    exp: i64,
 }
 
 #[derive(Serialize)]
@@ -64,14 +55,20 @@ impl DevIssuer {
         now_s: i64,
         ttl_s: i64,
     ) -> String {
-        self.sign(&ServiceClaims {
-            iss: &cfg.service_issuer,
-            aud: &cfg.service_audience,
-            sub,
-            scope: scopes,
-            iat: now_s,
-            exp: now_s + ttl_s,
-        })
+        let mut claims = serde_json::json!({
+            "iss": cfg.service_issuer,
+            "sub": sub,
+            "scope": scopes,
+            "iat": now_s,
+            "exp": now_s + ttl_s,
+        });
+        claims[cfg.service_audience_claim.as_str()] = serde_json::json!(cfg.service_audience);
+        // The client-credentials marker of the configuration (`gty` by default), so the
+        // dev issuer's service tokens pass the check that a user's token fails.
+        if let Some(m) = &cfg.claims.service_marker {
+            add_marker(&mut claims, m);
+        }
+        self.sign(&claims)
     }
 
     pub fn operator_token(
@@ -92,5 +89,47 @@ impl DevIssuer {
             iat: now_s,
             exp: now_s + ttl_s,
         })
+    }
+}
+
+/// Adds what `m` requires to a service token's claims, without overwriting a claim the
+/// token already has (a marker on `sub=@client_id` copies `sub` into `client_id`).
+fn add_marker(claims: &mut serde_json::Value, m: &ServiceMarker) {
+    let Some(map) = claims.as_object_mut() else {
+        return;
+    };
+    match m {
+        ServiceMarker::Equals { claim, value } => {
+            if !claim.contains('.') {
+                map.entry(claim.clone())
+                    .or_insert_with(|| serde_json::json!(value));
+            }
+        }
+        ServiceMarker::SameAs { claim, other } => {
+            if let Some(v) = map.get(claim).cloned() {
+                if !other.contains('.') {
+                    map.entry(other.clone()).or_insert(v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_service_tokens_carry_the_configured_marker() {
+        let mut claims = serde_json::json!({"sub": "mastra", "aud": "a"});
+        add_marker(&mut claims, &ServiceMarker::default());
+        assert!(ServiceMarker::default().carried_by(&claims));
+        let cognito = ServiceMarker::parse("sub=@client_id").unwrap().unwrap();
+        add_marker(&mut claims, &cognito);
+        assert_eq!(claims["client_id"], "mastra");
+        assert!(cognito.carried_by(&claims));
+        let aud = ServiceMarker::parse("aud=other").unwrap().unwrap();
+        add_marker(&mut claims, &aud);
+        assert_eq!(claims["aud"], "a", "never overwrites");
     }
 }

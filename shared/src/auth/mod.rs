@@ -73,9 +73,14 @@ impl Caller {
         if requested_by == self.operator.sub {
             Ok(())
         } else {
+            // Both ids in the message, so an audit record of the refusal says who claimed
+            // to act for whom.
             Err(ApiError::new(
                 Code::OperatorMismatch,
-                "requested_by must be the operator of the X-Operator-Token; the body never widens identity.",
+                format!(
+                    "requested_by ({requested_by:?}) must be the operator of the X-Operator-Token ({:?}); the body never widens identity.",
+                    self.operator.sub
+                ),
             )
             .with_field("/requested_by", "does not match the operator token's sub"))
         }
@@ -284,6 +289,9 @@ pub struct ClaimNames {
     pub roles: String,
     /// The operator's desks (`desks`; a custom attribute such as `custom:desks` on Cognito).
     pub desks: String,
+    /// What only a client-credentials (service) token carries: required on service tokens,
+    /// refused on operator tokens. `None` turns the check off (`none`).
+    pub service_marker: Option<ServiceMarker>,
 }
 
 impl Default for ClaimNames {
@@ -292,7 +300,145 @@ impl Default for ClaimNames {
             scope_prefix: String::new(),
             roles: "roles".into(),
             desks: "desks".into(),
+            service_marker: Some(ServiceMarker::default()),
         }
+    }
+}
+
+/// The default marker, Auth0's grant-type claim, which the local dev issuer also sets.
+pub const DEFAULT_SERVICE_MARKER: &str = "gty=client-credentials";
+
+/// What tells a provider's client-credentials token from a token the same provider issues
+/// to a user: audience and scopes alone may not (an Auth0 user's access token for the API
+/// has the API's audience, and users may be granted its scopes). Set with
+/// `AIRLOCK_SERVICE_TOKEN_MARKER`:
+///
+/// - `CLAIM=VALUE`: the claim (a name or dotted path) is the string VALUE, or an array
+///   holding it. Auth0 `gty=client-credentials`, Entra ID `idtyp=app` (with the optional
+///   claim `idtyp` enabled on the API's app registration).
+/// - `CLAIM=@OTHER`: the claim is a non-empty string equal to the claim OTHER. Cognito
+///   `sub=@client_id` (a client-credentials token's subject is the app client; a user's is
+///   the user), Okta `sub=@cid`.
+/// - `none`: no check (only for a service issuer that issues nothing but client
+///   credentials).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceMarker {
+    Equals { claim: String, value: String },
+    SameAs { claim: String, other: String },
+}
+
+impl Default for ServiceMarker {
+    fn default() -> Self {
+        ServiceMarker::Equals {
+            claim: "gty".into(),
+            value: "client-credentials".into(),
+        }
+    }
+}
+
+fn is_claim_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-' | '.'))
+}
+
+impl ServiceMarker {
+    /// Parses the setting; `Ok(None)` for `none`.
+    pub fn parse(s: &str) -> Result<Option<ServiceMarker>, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        let bad = || {
+            format!(
+                "must be CLAIM=VALUE, CLAIM=@OTHER_CLAIM or none (e.g. {DEFAULT_SERVICE_MARKER}, \
+                 sub=@client_id), got {s:?}"
+            )
+        };
+        let (claim, value) = s.split_once('=').ok_or_else(bad)?;
+        let (claim, value) = (claim.trim(), value.trim());
+        if !is_claim_name(claim) || value.is_empty() || value.chars().any(char::is_control) {
+            return Err(bad());
+        }
+        Ok(Some(match value.strip_prefix('@') {
+            Some(other) if is_claim_name(other) && other != claim => ServiceMarker::SameAs {
+                claim: claim.into(),
+                other: other.into(),
+            },
+            Some(_) => return Err(bad()),
+            None => ServiceMarker::Equals {
+                claim: claim.into(),
+                value: value.into(),
+            },
+        }))
+    }
+
+    /// Whether a token's claims carry the marker.
+    pub fn carried_by(&self, claims: &serde_json::Value) -> bool {
+        match self {
+            ServiceMarker::Equals { claim: c, value } => match claim(claims, c) {
+                Some(serde_json::Value::String(s)) => s == value,
+                Some(serde_json::Value::Array(a)) => a.iter().any(|x| x.as_str() == Some(value)),
+                _ => false,
+            },
+            ServiceMarker::SameAs { claim: c, other } => {
+                match (claim(claims, c), claim(claims, other)) {
+                    (Some(serde_json::Value::String(a)), Some(serde_json::Value::String(b))) => {
+                        !a.is_empty() && a == b
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    /// For messages: `claim gty = "client-credentials"`, `claim sub equal to claim client_id`.
+    pub fn describe(&self) -> String {
+        match self {
+            ServiceMarker::Equals { claim, value } => format!("claim {claim} = {value:?}"),
+            ServiceMarker::SameAs { claim, other } => {
+                format!("claim {claim} equal to claim {other}")
+            }
+        }
+    }
+}
+
+/// The longest token accepted, in bytes; anything longer is refused before parsing.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+/// The longest `sub` accepted, in bytes (it becomes part of store keys and audit records).
+pub const MAX_SUB_BYTES: usize = 256;
+/// The most roles or desks an operator token may name, and the longest name, in bytes.
+pub const MAX_CLAIM_LIST: usize = 64;
+pub const MAX_CLAIM_NAME_BYTES: usize = 128;
+
+/// A token's `sub`: 1..=256 bytes without control characters.
+fn subject(c: &serde_json::Value) -> Result<&str, String> {
+    let sub = c.get("sub").and_then(|v| v.as_str()).unwrap_or_default();
+    if sub.is_empty() {
+        Err("its sub is empty".into())
+    } else if sub.len() > MAX_SUB_BYTES || sub.chars().any(char::is_control) {
+        Err(format!(
+            "its sub must be 1 to {MAX_SUB_BYTES} bytes without control characters"
+        ))
+    } else {
+        Ok(sub)
+    }
+}
+
+/// A list claim (roles, desks) within bounds: each name is used as a key or a query.
+fn bounded_list(name: &str, list: Vec<String>) -> Result<Vec<String>, String> {
+    if list.len() > MAX_CLAIM_LIST
+        || list
+            .iter()
+            .any(|x| x.len() > MAX_CLAIM_NAME_BYTES || x.chars().any(char::is_control))
+    {
+        Err(format!(
+            "its {name} claim must hold at most {MAX_CLAIM_LIST} names of at most \
+             {MAX_CLAIM_NAME_BYTES} bytes without control characters"
+        ))
+    } else {
+        Ok(list)
     }
 }
 
@@ -387,6 +533,9 @@ impl Authenticator {
             )
         };
         let token = bearer.ok_or_else(|| fail("it is missing".into()))?;
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(fail(format!("it is longer than {MAX_TOKEN_BYTES} bytes")));
+        }
         if let Some(p) = self.verified_services.get(token, now_s, self.skew_s) {
             return Ok(p);
         }
@@ -409,10 +558,16 @@ impl Authenticator {
                 self.max_service_lifetime_s
             )));
         }
-        let sub = c.get("sub").and_then(|v| v.as_str()).unwrap_or_default();
-        if sub.is_empty() {
-            return Err(fail("its sub is empty".into()));
+        if let Some(m) = &self.claims.service_marker {
+            if !m.carried_by(&c) {
+                return Err(fail(format!(
+                    "it is not a client-credentials token (a user's token cannot act as the \
+                     calling service; it needs {}, see AIRLOCK_SERVICE_TOKEN_MARKER)",
+                    m.describe()
+                )));
+            }
         }
+        let sub = subject(&c).map_err(fail)?;
         // `scope` (space-separated, RFC 8693) or `scp` (an array, Okta and Entra ID).
         let granted = match c.get("scope") {
             Some(v) => strings(Some(v)),
@@ -439,6 +594,9 @@ impl Authenticator {
             )
         };
         let token = token.ok_or_else(|| fail("the X-Operator-Token header is missing".into()))?;
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(fail(format!("it is longer than {MAX_TOKEN_BYTES} bytes")));
+        }
         if let Some(o) = self.verified_operators.get(token, now_s, self.skew_s) {
             return Ok(o);
         }
@@ -449,13 +607,21 @@ impl Authenticator {
                 TokenFault::Invalid(w) => fail(w),
                 TokenFault::Unavailable => unavailable(),
             })?;
-        let sub = c.get("sub").and_then(|v| v.as_str()).unwrap_or_default();
-        if sub.is_empty() {
-            return Err(fail("its sub is empty".into()));
+        if let Some(m) = &self.claims.service_marker {
+            if m.carried_by(&c) {
+                return Err(fail(format!(
+                    "it is a client-credentials (service) token, not an operator's ({})",
+                    m.describe()
+                )));
+            }
         }
+        let sub = subject(&c).map_err(fail)?;
         let exp = c.get("exp").and_then(|v| v.as_i64()).unwrap_or(now_s);
-        let roles = strings(claim(&c, &self.claims.roles));
-        let desks = claim(&c, &self.claims.desks).map(|d| strings(Some(d)));
+        let roles = bounded_list("roles", strings(claim(&c, &self.claims.roles))).map_err(fail)?;
+        let desks = match claim(&c, &self.claims.desks) {
+            None => None,
+            Some(d) => Some(bounded_list("desks", strings(Some(d))).map_err(fail)?),
+        };
         let desks = match desks {
             _ if self.roles.all_desks(&roles) => DeskScope::All,
             Some(d) if d.iter().any(|x| x == "*") => DeskScope::All,
@@ -519,11 +685,15 @@ mod tests {
                 scope_prefix: "api://airlock/".into(),
                 roles: "realm_access.roles".into(),
                 desks: "desks".into(),
+                service_marker: Some(ServiceMarker::SameAs {
+                    claim: "sub".into(),
+                    other: "azp".into(),
+                }),
             },
         );
         let svc = sign(
             &key,
-            serde_json::json!({"iss": "iss", "aud": "aud", "sub": "m", "iat": NOW, "exp": NOW + 60,
+            serde_json::json!({"iss": "iss", "aud": "aud", "sub": "m", "azp": "m", "iat": NOW, "exp": NOW + 60,
                 "scp": ["api://airlock/trade.read", "trade.plan", "api://airlock/bogus"]}),
         );
         let op = sign(
@@ -562,5 +732,137 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn service_markers_parse_and_match() {
+        use serde_json::json;
+        assert_eq!(
+            ServiceMarker::parse(DEFAULT_SERVICE_MARKER).unwrap(),
+            Some(ServiceMarker::default())
+        );
+        assert_eq!(ServiceMarker::parse("none").unwrap(), None);
+        let cognito = ServiceMarker::parse(" sub=@client_id ").unwrap().unwrap();
+        assert!(cognito.carried_by(&json!({"sub": "abc", "client_id": "abc"})));
+        assert!(!cognito.carried_by(&json!({"sub": "user-uuid", "client_id": "abc"})));
+        assert!(!cognito.carried_by(&json!({"sub": "abc"})));
+        assert!(!cognito.carried_by(&json!({"sub": "", "client_id": ""})));
+        let entra = ServiceMarker::parse("idtyp=app").unwrap().unwrap();
+        assert!(entra.carried_by(&json!({"idtyp": "app"})));
+        assert!(entra.carried_by(&json!({"idtyp": ["app"]})));
+        assert!(!entra.carried_by(&json!({"idtyp": "user"})));
+        let nested = ServiceMarker::parse("ext.kind=machine").unwrap().unwrap();
+        assert!(nested.carried_by(&json!({"ext": {"kind": "machine"}})));
+        for bad in [
+            "", "gty", "=x", "gty=", "g ty=x", "sub=@", "sub=@sub", "sub=@a b", "a=\u{1}",
+        ] {
+            assert!(ServiceMarker::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_user_token_is_neither_a_service_token_nor_the_reverse() {
+        let (key, keys) = signer();
+        // One issuer and audience for both kinds: only the marker tells them apart.
+        let mut a = auth(keys, ClaimNames::default());
+        a.operator.audience = "aud".into();
+        let user = sign(
+            &key,
+            serde_json::json!({"iss": "iss", "aud": "aud", "sub": "alice", "iat": NOW, "exp": NOW + 60,
+                "scope": "trade.read trade.plan trade.execute", "roles": ["trader"]}),
+        );
+        let machine = sign(
+            &key,
+            serde_json::json!({"iss": "iss", "aud": "aud", "sub": "m", "iat": NOW, "exp": NOW + 60,
+                "gty": "client-credentials", "scope": "trade.read", "roles": ["admin"]}),
+        );
+        assert!(a
+            .authenticate(Some(&machine), Some(&user), NOW)
+            .await
+            .is_ok());
+        let e = a
+            .authenticate(Some(&user), Some(&user), NOW)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, Code::Unauthenticated);
+        assert!(
+            e.message.contains("not a client-credentials token"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("AIRLOCK_SERVICE_TOKEN_MARKER"),
+            "{}",
+            e.message
+        );
+        let e = a
+            .authenticate(Some(&machine), Some(&machine), NOW)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, Code::OperatorUnauthenticated);
+        assert!(
+            e.message.contains("client-credentials (service) token"),
+            "{}",
+            e.message
+        );
+        // Off: the user's token passes as the service (what `none` means).
+        a.claims.service_marker = None;
+        a.verified_services = Default::default();
+        assert!(a.authenticate(Some(&user), Some(&user), NOW).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn subjects_roles_and_desks_are_bounded() {
+        let (key, keys) = signer();
+        let a = auth(keys, ClaimNames::default());
+        let svc = |sub: &str| {
+            sign(
+                &key,
+                serde_json::json!({"iss": "iss", "aud": "aud", "sub": sub, "iat": NOW, "exp": NOW + 60,
+                    "gty": "client-credentials", "scope": "trade.read"}),
+            )
+        };
+        let op = |sub: &str, desks: serde_json::Value| {
+            sign(
+                &key,
+                serde_json::json!({"iss": "iss", "aud": "ops", "sub": sub, "exp": NOW + 60,
+                    "roles": ["trader"], "desks": desks}),
+            )
+        };
+        let ok_op = op("o", serde_json::json!(["energy"]));
+        assert!(a
+            .authenticate(Some(&svc("m")), Some(&ok_op), NOW)
+            .await
+            .is_ok());
+        let e = a
+            .authenticate(Some(&svc(&"m".repeat(257))), Some(&ok_op), NOW)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, Code::Unauthenticated);
+        let e = a
+            .authenticate(Some(&svc("m\n")), Some(&ok_op), NOW)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, Code::Unauthenticated);
+        for bad in [
+            op(&"o".repeat(257), serde_json::json!(["energy"])),
+            op("o", serde_json::json!(["x".repeat(129)])),
+            op(
+                "o",
+                serde_json::json!((0..65).map(|i| format!("d{i}")).collect::<Vec<_>>()),
+            ),
+        ] {
+            let e = a
+                .authenticate(Some(&svc("m")), Some(&bad), NOW)
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, Code::OperatorUnauthenticated, "{}", e.message);
+        }
+        let huge = "a".repeat(MAX_TOKEN_BYTES + 1);
+        let e = a
+            .authenticate(Some(&huge), Some(&ok_op), NOW)
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("longer than"), "{}", e.message);
     }
 }

@@ -1,6 +1,8 @@
 //! `GET /actions/{action_id}`: the status of an executed action, as the workers report it.
+//! A malformed id (not percent-decodable, too long, other characters) is 400
+//! `invalid_request` naming `action_id`, before any store is asked; an unknown one is 404.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::Uri;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -10,7 +12,7 @@ use super::views;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
-use crate::http::extract::{Authed, QueryParams};
+use crate::http::extract::{Authed, PathId, QueryParams};
 use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
@@ -20,7 +22,7 @@ pub fn routes() -> Router<AppState> {
 async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
-    Path(action_id): Path<String>,
+    PathId(action_id): PathId,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     QueryParams::parse(uri.query())?.finish()?;

@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
-use crate::http::extract::{Authed, JsonBody, QueryParams};
+use crate::http::extract::{check_ident, Authed, JsonBody, QueryParams};
 use crate::http::observe::current_request_id;
 use crate::protocol::execute::{self, ExecuteOutcome, ExecuteRequest, RequestFacts};
 
@@ -25,6 +25,7 @@ async fn handler(
     JsonBody(req): JsonBody<ExecuteRequest>,
 ) -> Result<Response, ApiError> {
     QueryParams::parse(uri.query())?.finish()?;
+    check_execute_request(&req)?;
     let header_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -43,4 +44,29 @@ async fn handler(
             ExecuteOutcome::Duplicate(a) => (StatusCode::OK, Json(a)).into_response(),
         },
     )
+}
+
+/// Bounds of an execute body that the typed parse does not enforce: the plan id is an
+/// identifier and the confirmation token compact-JWS text, so neither reaches a store key
+/// or a log malformed. `idempotency_key` is bounded by its type, `requested_by` by the
+/// protocol.
+fn check_execute_request(req: &ExecuteRequest) -> Result<(), ApiError> {
+    check_ident("/plan_id", &req.plan_id)
+        .map_err(|_| ApiError::invalid("/plan_id", "must be a plan id from POST /actions/plan"))?;
+    let t = &req.confirmation_token;
+    if t.is_empty()
+        || t.len() > 4096
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(ApiError::invalid(
+            "/confirmation_token",
+            "must be the token from the plan",
+        ));
+    }
+    if let Some(c) = &req.chat_context {
+        super::check_chat_context(c, "/chat_context")?;
+    }
+    Ok(())
 }

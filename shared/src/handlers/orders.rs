@@ -25,7 +25,7 @@ async fn handler(
 ) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
     let filter = OrderFilter {
-        account_id: q.text("account_id")?,
+        account_id: q.ident("account_id")?,
         status: q.parsed("status")?,
     };
     let page = q.page()?;

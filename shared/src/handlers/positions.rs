@@ -23,7 +23,7 @@ async fn handler(
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
-    let account_id = q.text("account_id")?;
+    let account_id = q.ident("account_id")?;
     let page = q.page()?;
     q.finish()?;
     let l = reads::positions(&st, &caller, account_id.as_deref(), &page).await?;

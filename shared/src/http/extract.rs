@@ -93,8 +93,10 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 }
 
 /// Parses JSON text into `T`; errors name the JSON pointer of the field at fault.
+/// The text is checked first (see [`check_json_text`]): a key given twice anywhere, or an
+/// over-long string, is refused instead of silently keeping the last value.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+    let malformed = |e: serde_json::Error| {
         ApiError::new(
             Code::InvalidRequest,
             format!(
@@ -104,8 +106,144 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ),
         )
         .with_field("", "malformed JSON")
+    };
+    check_json_text(bytes).map_err(|f| match f {
+        TextFault::Syntax(e) => malformed(e),
+        TextFault::Field(e) => e,
     })?;
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(malformed)?;
     from_value(value, "")
+}
+
+/// The longest string value a body may hold anywhere, in bytes (a confirmation token is
+/// the longest legitimate one, well under this).
+pub const MAX_JSON_STRING_BYTES: usize = 4096;
+/// The longest object key a body may hold anywhere, in bytes.
+pub const MAX_JSON_KEY_BYTES: usize = 128;
+
+enum TextFault {
+    Syntax(serde_json::Error),
+    Field(ApiError),
+}
+
+/// Walks JSON text once, without building it, and refuses what the typed parse cannot
+/// see: an object key given twice (serde keeps the last one, so `{"quantity":1,
+/// "quantity":9}` would plan 9), a key longer than [`MAX_JSON_KEY_BYTES`] and a string
+/// longer than [`MAX_JSON_STRING_BYTES`]. The error names the JSON pointer at fault.
+fn check_json_text(bytes: &[u8]) -> Result<(), TextFault> {
+    use serde::de::DeserializeSeed;
+    let fault = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let walked = Walk {
+        path: String::new(),
+        fault: &fault,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    match (walked, fault.into_inner()) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(e)) => Err(TextFault::Field(e)),
+        (Err(e), None) => Err(TextFault::Syntax(e)),
+    }
+}
+
+/// One JSON value at `path` (a JSON pointer); records the first fault it finds.
+struct Walk<'a> {
+    path: String,
+    fault: &'a std::cell::RefCell<Option<ApiError>>,
+}
+
+impl Walk<'_> {
+    fn fail<E: serde::de::Error>(&self, pointer: String, message: &str) -> E {
+        let field = if pointer.is_empty() {
+            "/".to_string()
+        } else {
+            pointer
+        };
+        *self.fault.borrow_mut() = Some(
+            ApiError::new(
+                Code::InvalidRequest,
+                format!("The request is invalid at {field}: {message}."),
+            )
+            .with_field(field, message),
+        );
+        E::custom(message)
+    }
+
+    fn string<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        if s.len() > MAX_JSON_STRING_BYTES {
+            let m = format!("text longer than {MAX_JSON_STRING_BYTES} bytes");
+            return Err(self.fail(self.path.clone(), &m));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        self.string(s)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        while seq
+            .next_element_seed(Walk {
+                path: format!("{}/{i}", self.path),
+                fault: self.fault,
+            })?
+            .is_some()
+        {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let pointer = format!("{}/{}", self.path, escape(&key));
+            if key.len() > MAX_JSON_KEY_BYTES {
+                let m = format!("key longer than {MAX_JSON_KEY_BYTES} bytes");
+                return Err(self.fail(pointer, &m));
+            }
+            if !seen.insert(key) {
+                return Err(self.fail(
+                    pointer,
+                    "this key is given more than once; send each key once",
+                ));
+            }
+            map.next_value_seed(Walk {
+                path: pointer,
+                fault: self.fault,
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// Deserializes a JSON value into `T`; `prefix` is the pointer of `value` in the request.
@@ -191,14 +329,20 @@ impl QueryParams {
         Ok(QueryParams { params })
     }
 
-    /// An optional non-empty string parameter.
+    /// An optional non-empty text parameter: 1 to 128 bytes, no control characters.
     pub fn text(&mut self, name: &str) -> Result<Option<String>, ApiError> {
         match self.params.remove(name) {
             None => Ok(None),
-            Some(v) if v.is_empty() || v.len() > 128 => {
-                Err(ApiError::invalid(name, "must be 1 to 128 characters"))
-            }
-            Some(v) => Ok(Some(v)),
+            Some(v) => check_text(name, &v, 128).map(|()| Some(v)),
+        }
+    }
+
+    /// An optional identifier parameter (`account_id`): an [`Ident`](crate::domain::Ident),
+    /// so nothing malformed or over-long ever reaches a store key.
+    pub fn ident(&mut self, name: &str) -> Result<Option<String>, ApiError> {
+        match self.params.remove(name) {
+            None => Ok(None),
+            Some(v) => check_ident(name, &v).map(Some),
         }
     }
 
@@ -233,10 +377,19 @@ impl QueryParams {
 
     /// `limit` and `cursor`, the paging parameters of every listing.
     pub fn page(&mut self) -> Result<crate::protocol::reads::PageRequest, ApiError> {
-        Ok(crate::protocol::reads::PageRequest {
-            limit: self.limit()?,
-            cursor: self.text("cursor")?,
-        })
+        let limit = self.limit()?;
+        let cursor = match self.params.remove("cursor") {
+            None => None,
+            Some(c) if is_cursor_text(&c) => Some(c),
+            Some(_) => {
+                return Err(ApiError::new(
+                    Code::InvalidCursor,
+                    "The cursor is not one Airlock issued; pass next_cursor back unchanged.",
+                )
+                .with_field("cursor", "not a cursor from a previous page"))
+            }
+        };
+        Ok(crate::protocol::reads::PageRequest { limit, cursor })
     }
 
     /// Refuses any parameter not taken.
@@ -254,5 +407,184 @@ impl QueryParams {
                     .collect(),
             )),
         }
+    }
+}
+
+/// The longest cursor accepted, in characters (the cursor codec's own bound).
+pub const MAX_CURSOR_CHARS: usize = 1024;
+
+/// What a cursor Airlock issued looks like: base64url text and one `.`, bounded.
+fn is_cursor_text(c: &str) -> bool {
+    !c.is_empty()
+        && c.len() <= MAX_CURSOR_CHARS
+        && c.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// `value` as an identifier (1 to 64 letters, digits or `-_.:`), or 400 `invalid_request`
+/// naming `field` (a query parameter, a path parameter or a JSON pointer).
+pub fn check_ident(field: &str, value: &str) -> Result<String, ApiError> {
+    crate::domain::Ident::parse(value)
+        .map(|i| i.as_str().to_string())
+        .map_err(|m| ApiError::invalid(field, m))
+}
+
+/// Client text kept for audit or shown to people: at most `max` bytes, and no control
+/// characters (no line breaks or escapes smuggled into logs, previews and audit records).
+pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    if value.is_empty() || value.len() > max {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be 1 to {max} bytes of text"),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// The one path parameter of a route (`/actions/{action_id}`) as an identifier.
+///
+/// Unlike axum's `Path`, a refusal is the contract's JSON error: a segment that does not
+/// percent-decode to UTF-8 (`/actions/%FF`), or that is not an identifier (too long,
+/// other characters), is 400 `invalid_request` naming the parameter, before any store is
+/// asked. An id that is well formed but unknown stays the endpoint's 404.
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        // The route's template (`.../actions/{action_id}`) against the raw path, segment by
+        // segment: the parameter's name and its still-encoded text, decoded here once.
+        let template = parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .map(|m| m.as_str().to_string())
+            .ok_or_else(|| ApiError::internal("PathId outside a matched route"))?;
+        let path = parts.uri.path();
+        let found = template
+            .split('/')
+            .zip(path.split('/'))
+            .find_map(|(t, raw)| {
+                t.strip_prefix('{')
+                    .and_then(|t| t.strip_suffix('}'))
+                    .map(|name| (name, raw))
+            });
+        let Some((name, raw)) = found else {
+            return Err(ApiError::internal(format!(
+                "PathId: no parameter in the route {template}"
+            )));
+        };
+        let decoded = percent_decode(raw)
+            .ok_or_else(|| ApiError::invalid(name, "is not valid percent-encoded UTF-8"))?;
+        check_ident(name, &decoded).map(PathId)
+    }
+}
+
+/// Percent-decodes a path segment; `None` if an escape is malformed or the result is not
+/// UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(body: &str) -> String {
+        match parse_json::<serde_json::Value>(body.as_bytes()) {
+            Ok(_) => panic!("{body} was accepted"),
+            Err(e) => {
+                assert_eq!(e.code, Code::InvalidRequest, "{body}");
+                e.details[0].field.clone()
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_anywhere_with_their_pointer() {
+        assert_eq!(field_of(r#"{"quantity":1,"quantity":9}"#), "/quantity");
+        assert_eq!(
+            field_of(r#"{"payload":{"side":"buy","quantity":1,"quantity":9}}"#),
+            "/payload/quantity"
+        );
+        assert_eq!(
+            field_of(r#"{"a":[{"x":1},{"y":{"k/~":1,"k/~":2}}]}"#),
+            "/a/1/y/k~1~0"
+        );
+        // Escapes that decode to the same key are the same key.
+        assert_eq!(field_of(r#"{"ab":1,"\u0061b":2}"#), "/ab");
+        // The same key in sibling objects is fine.
+        let ok: serde_json::Value =
+            parse_json(br#"{"a":{"k":1},"b":{"k":2},"c":[{"k":1},{"k":2}]}"#).unwrap();
+        assert_eq!(ok["c"][1]["k"], 2);
+    }
+
+    #[test]
+    fn over_long_strings_and_keys_are_refused_with_their_pointer() {
+        let long = "x".repeat(MAX_JSON_STRING_BYTES + 1);
+        assert_eq!(field_of(&format!(r#"{{"a":[1,"{long}"]}}"#)), "/a/1");
+        let key = "k".repeat(MAX_JSON_KEY_BYTES + 1);
+        assert_eq!(
+            field_of(&format!(r#"{{"a":{{"{key}":1}}}}"#)),
+            format!("/a/{key}")
+        );
+        let ok = "x".repeat(MAX_JSON_STRING_BYTES);
+        assert!(parse_json::<serde_json::Value>(format!(r#"{{"a":"{ok}"}}"#).as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn malformed_json_is_still_reported_as_such() {
+        for bad in ["{\"a\":", "[1,]", "{\"a\":1} x", "\"\\ud800\""] {
+            let e = parse_json::<serde_json::Value>(bad.as_bytes()).unwrap_err();
+            assert_eq!(e.details[0].field, "", "{bad}");
+            assert!(e.message.contains("not valid JSON"), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn path_segments_decode_strictly() {
+        assert_eq!(percent_decode("act_1").as_deref(), Some("act_1"));
+        assert_eq!(percent_decode("a%2Fb").as_deref(), Some("a/b"));
+        assert_eq!(percent_decode("%FF"), None);
+        assert_eq!(percent_decode("%F"), None);
+        assert_eq!(percent_decode("%zz"), None);
+    }
+
+    #[test]
+    fn query_ids_and_cursors_are_bounded() {
+        let mut q = QueryParams::parse(Some("account_id=ACC-1")).unwrap();
+        assert_eq!(q.ident("account_id").unwrap().as_deref(), Some("ACC-1"));
+        for bad in ["a%20b", "", "%FF"] {
+            let mut q = QueryParams::parse(Some(&format!("account_id={bad}"))).unwrap();
+            let e = q.ident("account_id").unwrap_err();
+            assert_eq!(e.details[0].field, "account_id", "{bad}");
+        }
+        let long = "a".repeat(65);
+        let mut q = QueryParams::parse(Some(&format!("account_id={long}"))).unwrap();
+        assert!(q.ident("account_id").is_err());
+        let long = "a".repeat(MAX_CURSOR_CHARS + 1);
+        let mut q = QueryParams::parse(Some(&format!("cursor={long}"))).unwrap();
+        assert_eq!(q.page().err().map(|e| e.code), Some(Code::InvalidCursor));
+        let mut q = QueryParams::parse(Some("cursor=e30%0A.AAAA")).unwrap();
+        assert_eq!(q.page().err().map(|e| e.code), Some(Code::InvalidCursor));
     }
 }

@@ -7,6 +7,7 @@ pub mod error;
 pub mod extract;
 pub mod observe;
 
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 
 use crate::app::AppState;
@@ -34,6 +35,40 @@ pub fn app(routes: Router<AppState>, state: AppState) -> Router {
                 "This endpoint does not take that HTTP method.",
             )
         })
+        .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::middleware::from_fn(observe::observe))
         .with_state(state)
+}
+
+/// The safety net under every route: an error response that is not the contract's JSON
+/// body (a rejection of an axum extractor or of a layer, which answer in plain text)
+/// becomes one, with the stable code of its status. Our own extractors already answer in
+/// JSON; this keeps a future `Path`, `Query` or layer from leaking text to the agent.
+async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let text = axum::body::to_bytes(resp.into_body(), 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let (code, message) = match status.as_u16() {
+        404 => (Code::NotFound, "No such endpoint. Paths live under /api/internal/v1/mastra."),
+        405 => (Code::MethodNotAllowed, "This endpoint does not take that HTTP method."),
+        413 => (Code::PayloadTooLarge, "The request body is larger than 64 KiB; send a smaller request."),
+        415 => (Code::UnsupportedMediaType, "Send the request body as JSON with `Content-Type: application/json`."),
+        503 => (Code::UpstreamUnavailable, "A storage or queue service is unavailable right now; nothing was half-written. Retry the same request shortly."),
+        s if s >= 500 => (Code::Internal, "Airlock hit an internal error; nothing was changed. Try again, and report the request id if it persists."),
+        _ => (Code::InvalidRequest, "The request is malformed (path, query or headers); check it against the API contract."),
+    };
+    let mut e = ApiError::new(code, message);
+    e.cause = Some(format!("{status}: {text}"));
+    e.into_response()
 }
