@@ -394,6 +394,26 @@ pub struct AuditRecord {
 mod tests {
     use super::*;
 
+    /// The atomic condition (`count < cap`) admits exactly what the sliding estimate
+    /// admits, at every point of the minute: exact integer arithmetic, no float edge.
+    #[test]
+    fn the_commit_cap_is_the_sliding_window() {
+        let w = RATE_WINDOW_MS as i128;
+        for limit in [1u32, 2, 5, 7, 60] {
+            for prev in 0..=limit + 2 {
+                for into in (0..RATE_WINDOW_MS).step_by(997) {
+                    let cap = RateState::cap(prev, into, limit);
+                    for cur in 0..=limit + 2 {
+                        // estimate < limit  <=>  prev * (W - into) + cur * W < limit * W
+                        let admits = (prev as i128) * (w - into as i128) + (cur as i128) * w
+                            < (limit as i128) * w;
+                        assert_eq!(cur < cap, admits, "limit {limit} prev {prev} into {into} cur {cur}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_rate_window_slides_across_minute_buckets() {
         let t0 = 1_800_000_000_000 - 1_800_000_000_000 % RATE_WINDOW_MS;
