@@ -447,7 +447,11 @@ pub async fn redeliver(
         state
             .ports
             .queue
-            .send(&action.message, &action.account_id, &dedup)
+            .send(
+                &action.message,
+                &action.action_type.message_group(&action.account_id),
+                &dedup,
+            )
             .await
             .map_err(|e| e.to_string())?;
     }

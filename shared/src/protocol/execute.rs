@@ -827,7 +827,11 @@ pub(crate) async fn send_and_finish(
 ) -> Result<bool, ApiError> {
     st.ports
         .queue
-        .send(&action.message, &action.account_id, &action.action_id)
+        .send(
+            &action.message,
+            &action.action_type.message_group(&action.account_id),
+            &action.action_id,
+        )
         .await
         .map_err(|e| {
             ApiError::unavailable(format!("enqueue {}: {e}", action.action_id)).with_field(

@@ -1,71 +1,330 @@
 //! The sweeper: actions accepted at the atomic step but never sent (a crash between the
 //! commit and the enqueue, and nobody retried) are sent after `sweep_after_ms`. It takes
 //! the key's lease like any retry, so it never races a live attempt.
+//!
+//! An order submission is not sent while the kill switch is engaged: its order is
+//! recorded `rejected`, the action `failed` with `kill_switch_engaged: ...`, and the key
+//! settled (decided as the atomic step decided, `queued` naming this action) so it leaves
+//! the unsent index. An action that is already finished is settled the same way.
+//!
+//! The scan pages past what it skips (live leases, keys it cannot read): the listing is
+//! oldest first and has no cursor, so a full page is followed by a wider one, up to
+//! [`MAX_SCAN`] actions a pass, and actions already looked at are not looked at again.
+
+use std::collections::HashSet;
+
+use tracing::Instrument;
 
 use crate::app::AppState;
-use crate::domain::new_id;
+use crate::domain::{new_id, ActionStatus, Millis};
 use crate::error::ApiError;
 use crate::protocol::execute::{resent_audit, send_and_finish};
-use crate::records::KeyState;
+use crate::records::{ActionRecord, KeyRecord, KeyState};
 
-/// One pass; returns how many actions it sent.
+/// The first page of unsent actions; each further page doubles it.
+const PAGE: u32 = 100;
+/// The most unsent actions one pass looks at.
+pub const MAX_SCAN: u32 = 12_800;
+
+/// What the sweeper did with one unsent action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Swept {
+    Sent,
+    /// Not sent, and no longer unsent: refused under the kill switch, or already finished.
+    Settled,
+    /// Left for a later pass (a live lease, a key it cannot use).
+    Skipped,
+}
+
+/// One pass; returns how many actions it sent. An action that fails does not stop the
+/// pass; the first error is returned at its end.
 pub async fn sweep_once(st: &AppState) -> Result<usize, ApiError> {
     let now = st.clock.now_ms();
-    let unsent = st
-        .ports
-        .actions
-        .list_unsent(now - st.config.sweep_after_ms, 100)
-        .await?;
-    let mut sent = 0;
-    for action in unsent {
-        let Some(key) = st
-            .ports
-            .ledger
-            .get_key(&action.service_principal, &action.idempotency_key, i64::MIN)
-            .await?
-        else {
-            tracing::error!(action_id = %action.action_id, "unsent action has no idempotency record");
-            continue;
-        };
-        let KeyState::Claimed {
-            lease_owner,
-            lease_until,
-            ..
-        } = &key.state
-        else {
-            continue;
-        };
-        if *lease_until > now {
-            continue;
+    let before = now - st.config.sweep_after_ms;
+    scan(
+        |limit| async move { Ok(st.ports.actions.list_unsent(before, limit).await?) },
+        |a: &ActionRecord| a.action_id.clone(),
+        |action: ActionRecord| async move {
+            let span = tracing::info_span!("sweep", action_id = %action.action_id);
+            sweep_action(st, &action, now).instrument(span).await
+        },
+    )
+    .await
+}
+
+/// The scan of one pass: lists unsent actions oldest first, hands each one not seen yet in
+/// this pass to `sweep`, and while a page comes back full lists one twice as wide, so
+/// whatever `sweep` skips never hides what comes after it (up to [`MAX_SCAN`]). Returns
+/// how many were sent, or the first error once every action was tried.
+async fn scan<T, L, LF, S, SF>(
+    mut list: L,
+    id: impl Fn(&T) -> String,
+    mut sweep: S,
+) -> Result<usize, ApiError>
+where
+    L: FnMut(u32) -> LF,
+    LF: std::future::Future<Output = Result<Vec<T>, ApiError>>,
+    S: FnMut(T) -> SF,
+    SF: std::future::Future<Output = Result<Swept, ApiError>>,
+{
+    let mut seen = HashSet::new();
+    let (mut sent, mut first_error, mut limit) = (0, None, PAGE);
+    loop {
+        let page = list(limit).await?;
+        let full = page.len() >= limit as usize;
+        for item in page {
+            let action_id = id(&item);
+            if !seen.insert(action_id.clone()) {
+                continue;
+            }
+            match sweep(item).await {
+                Ok(Swept::Sent) => sent += 1,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(action_id = %action_id, error = %e, "sweeping an action failed");
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        let owner = new_id("sweeper", now);
-        if !st
-            .ports
-            .ledger
-            .take_over(
-                &key.principal,
-                &key.key,
-                lease_owner,
-                &owner,
-                now + st.config.execute_lease_ms,
-            )
-            .await?
-        {
-            continue;
+        if !full {
+            break;
         }
-        send_and_finish(st, &key, &owner, &action, now).await?;
-        sent += 1;
-        tracing::warn!(action_id = %action.action_id, "sweeper sent an action left unsent");
-        st.ports
-            .audit
-            .append(&resent_audit(
-                &action,
-                &key.key,
-                "the sweeper sent an action that was accepted but never queued",
-                action.message.trace.request_id.clone(),
-                now,
-            ))
-            .await?;
+        if limit >= MAX_SCAN {
+            tracing::error!(
+                scanned = seen.len(),
+                "more unsent actions than one pass looks at; the rest wait for the next"
+            );
+            break;
+        }
+        limit = limit.saturating_mul(2).min(MAX_SCAN);
     }
-    Ok(sent)
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(sent),
+    }
+}
+
+/// Takes the key's lease of one unsent action, then sends it, or settles it unsent.
+async fn sweep_action(
+    st: &AppState,
+    action: &ActionRecord,
+    now: Millis,
+) -> Result<Swept, ApiError> {
+    let Some(key) = st
+        .ports
+        .ledger
+        .get_key(
+            &crate::records::key_scope(&action.service_principal, &action.requested_by),
+            &action.idempotency_key,
+            i64::MIN,
+        )
+        .await?
+    else {
+        tracing::error!("unsent action has no idempotency record; it cannot be sent");
+        return Ok(Swept::Skipped);
+    };
+    let KeyState::Claimed {
+        lease_owner,
+        lease_until,
+        action_id,
+    } = &key.state
+    else {
+        tracing::error!("unsent action whose idempotency record is decided; it cannot be sent");
+        return Ok(Swept::Skipped);
+    };
+    if *action_id != action.action_id {
+        tracing::error!(key_action = %action_id, "the idempotency record names another action");
+        return Ok(Swept::Skipped);
+    }
+    if *lease_until > now {
+        return Ok(Swept::Skipped);
+    }
+    let owner = new_id("sweeper", now);
+    if !st
+        .ports
+        .ledger
+        .take_over(
+            &key.principal,
+            &key.key,
+            lease_owner,
+            &owner,
+            now + st.config.execute_lease_ms,
+        )
+        .await?
+    {
+        return Ok(Swept::Skipped);
+    }
+    if matches!(
+        action.status,
+        ActionStatus::Succeeded | ActionStatus::Failed
+    ) {
+        settle(st, &key, &owner, action, now).await?;
+        return Ok(Swept::Settled);
+    }
+    if action.action_type.is_order_submission() {
+        if let Some(why) = crate::worker::refuse_unsent_submission(st, action).await? {
+            return refuse(st, &key, &owner, action, &why, now).await;
+        }
+    }
+    send_and_finish(st, &key, &owner, action, now).await?;
+    tracing::warn!("sweeper sent an action left unsent");
+    st.ports
+        .audit
+        .append(&resent_audit(
+            action,
+            &key.key,
+            "the sweeper sent an action that was accepted but never queued",
+            action.message.trace.request_id.clone(),
+            now,
+        ))
+        .await?;
+    Ok(Swept::Sent)
+}
+
+/// The kill switch is engaged: the order submission is failed unsent, audited, and its key
+/// settled.
+async fn refuse(
+    st: &AppState,
+    key: &KeyRecord,
+    owner: &str,
+    action: &ActionRecord,
+    why: &str,
+    now: Millis,
+) -> Result<Swept, ApiError> {
+    st.ports
+        .workers
+        .set_action_status(
+            &action.action_id,
+            &[ActionStatus::Queued],
+            ActionStatus::Failed,
+            Some(why),
+            now,
+        )
+        .await?;
+    settle(st, key, owner, action, now).await?;
+    tracing::warn!(reason = %why, "sweeper did not send an order: the kill switch is engaged");
+    let mut audit = resent_audit(
+        action,
+        &key.key,
+        why,
+        action.message.trace.request_id.clone(),
+        now,
+    );
+    audit.decision = "rejected".into();
+    audit.reason_code = Some("kill_switch_engaged".into());
+    st.ports.audit.append(&audit).await?;
+    Ok(Swept::Settled)
+}
+
+/// Decides the key as the atomic step decided (`queued`, this action) without sending, so
+/// the action leaves the unsent index; a retry of the key then replays that decision, and
+/// the action's own status says how it ended.
+async fn settle(
+    st: &AppState,
+    key: &KeyRecord,
+    owner: &str,
+    action: &ActionRecord,
+    now: Millis,
+) -> Result<(), ApiError> {
+    if !st.ports.ledger.mark_sent(key, owner, action, now).await? {
+        tracing::warn!("lost the key's lease before settling it; a later pass will");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    /// A store of unsent actions `(created_at, id)`, listed oldest first; sent ones leave.
+    struct Unsent(RefCell<Vec<(i64, String)>>);
+
+    impl Unsent {
+        fn new(n: usize) -> Self {
+            Unsent(RefCell::new(
+                (0..n).map(|i| (i as i64, format!("act-{i:05}"))).collect(),
+            ))
+        }
+        async fn list(&self, limit: u32) -> Result<Vec<(i64, String)>, ApiError> {
+            let all = self.0.borrow();
+            Ok(all.iter().take(limit as usize).cloned().collect())
+        }
+        fn remove(&self, id: &str) {
+            self.0.borrow_mut().retain(|(_, i)| i != id);
+        }
+    }
+
+    /// 250 unsent actions, the oldest 230 of which the sweeper must skip (live leases,
+    /// unreadable keys): the 20 after them are still sent, in one pass, each looked at once.
+    #[tokio::test]
+    async fn skipped_actions_do_not_hide_later_ones() {
+        let store = Unsent::new(250);
+        let looked = RefCell::new(Vec::new());
+        let sent = scan(
+            |limit| store.list(limit),
+            |a: &(i64, String)| a.1.clone(),
+            |a: (i64, String)| {
+                looked.borrow_mut().push(a.1.clone());
+                let skip = a.0 < 230;
+                if !skip {
+                    store.remove(&a.1);
+                }
+                async move { Ok(if skip { Swept::Skipped } else { Swept::Sent }) }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(sent, 20);
+        assert_eq!(looked.borrow().len(), 250, "each action looked at once");
+        assert_eq!(
+            store.0.borrow().len(),
+            230,
+            "only the skipped ones are left"
+        );
+    }
+
+    /// An error on one action does not stop the pass; it is reported at the end.
+    #[tokio::test]
+    async fn one_failing_action_does_not_stop_the_pass() {
+        let store = Unsent::new(3);
+        let result = scan(
+            |limit| store.list(limit),
+            |a: &(i64, String)| a.1.clone(),
+            |a: (i64, String)| {
+                let fail = a.0 == 0;
+                if !fail {
+                    store.remove(&a.1);
+                }
+                async move {
+                    match fail {
+                        true => Err(ApiError::unavailable("queue down")),
+                        false => Ok(Swept::Sent),
+                    }
+                }
+            },
+        )
+        .await;
+        assert!(result.is_err());
+        assert_eq!(store.0.borrow().len(), 1, "the other two were sent");
+    }
+
+    /// The scan stops at [`MAX_SCAN`] actions a pass, whatever is left.
+    #[tokio::test]
+    async fn a_pass_looks_at_most_at_max_scan_actions() {
+        let store = Unsent::new(MAX_SCAN as usize + 500);
+        let mut looked = 0;
+        let sent = scan(
+            |limit| store.list(limit),
+            |a: &(i64, String)| a.1.clone(),
+            |_| {
+                looked += 1;
+                async { Ok(Swept::Skipped) }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!((sent, looked), (0, MAX_SCAN as usize));
+    }
 }

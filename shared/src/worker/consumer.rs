@@ -1,11 +1,16 @@
 //! The in-process consumer `airlock serve` runs for each queue: receive a batch, handle its
-//! messages (one group's in order, different groups at the same time), delete each when handled, release it for a later retry when not (after the
-//! queue's maximum receives it goes to the dead-letter queue, and the last attempt marks
-//! its action failed). Lambdas get their batches from SQS instead (`functions/worker-*`).
+//! messages (one group's in order, different groups at the same time), delete each when
+//! handled (a refused message too: it is not the stored action's), release it for a later
+//! retry when not (after the queue's maximum receives it goes to the dead-letter queue, and
+//! the last attempt settles its action). Lambdas get their batches from SQS instead (`functions/worker-*`).
 //!
 //! An empty queue is not polled in a tight loop: the embedded queue signals each send made
 //! in this process, so the consumer wakes at once, and polls every `poll_ms` only for what
 //! no send announces; SQS long-polls inside `receive`.
+//!
+//! No message can stop the consumer: a panic while handling one fails that message only
+//! (`worker::handle` catches it), and the loop itself runs supervised ([`run`]): should it
+//! ever end or panic, it is logged and started again.
 
 use std::time::Duration;
 
@@ -88,8 +93,31 @@ pub fn in_group_order(batch: Vec<Delivery>) -> Vec<Vec<Delivery>> {
     chains
 }
 
-/// Runs forever: the worker loop of one queue.
+/// Runs forever: the worker loop of one queue, supervised. The loop runs in its own task;
+/// if that task ever ends (it should not) or panics, the error is logged and the loop is
+/// started again after a second, so one bad moment never leaves a queue unconsumed.
 pub async fn run(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
+    let mut restarts: u64 = 0;
+    loop {
+        let ended = tokio::spawn(consume(st.clone(), queue, opts)).await;
+        restarts += 1;
+        match ended {
+            Err(e) if e.is_panic() => {
+                tracing::error!(queue = %queue, restarts, error = %e, "the consumer panicked; restarting it")
+            }
+            Err(e) => {
+                tracing::error!(queue = %queue, restarts, error = %e, "the consumer was stopped; restarting it")
+            }
+            Ok(()) => {
+                tracing::error!(queue = %queue, restarts, "the consumer ended; restarting it")
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The worker loop of one queue: receive a batch, handle it, forever.
+async fn consume(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
     let sent = st.ports.queue.send_signal(queue);
     loop {
         match st.ports.queue.receive(queue, 10, opts.visibility_ms).await {

@@ -2,8 +2,16 @@
 //! (`ReportBatchItemFailures`), so only the failed messages come back. On the FIFO orders
 //! queue, once a message of a group fails, the group's later messages in the batch are
 //! reported failed unhandled, to keep each account's order.
+//!
+//! A panic while handling a record fails that record only (`worker::handle` catches it,
+//! and this loop catches anything else per record), never the whole batch: the records
+//! already handled are not handed back.
 
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use tracing::Instrument;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 
@@ -22,14 +30,17 @@ pub async fn handle_batch(st: &AppState, event: SqsEvent) -> SqsBatchResponse {
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
         let span = tracing::info_span!("record", message_id = %id, receive_count = receives);
-        let _g = span.enter();
         let failed = match &group {
             Some(g) if failed_groups.contains(g) => true,
             _ => {
                 let body = record.body.as_deref().unwrap_or("");
-                super::handle(st, body, receives >= MAX_RECEIVES)
-                    .await
-                    .is_err()
+                let handled = super::handle(st, body, receives >= MAX_RECEIVES);
+                !matches!(
+                    AssertUnwindSafe(handled.instrument(span.clone()))
+                        .catch_unwind()
+                        .await,
+                    Ok(Ok(_))
+                )
             }
         };
         if failed {

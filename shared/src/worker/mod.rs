@@ -14,7 +14,11 @@ pub mod consumer;
 pub mod lambda;
 pub mod paper;
 
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
 use serde_json::json;
+use tracing::Instrument;
 
 use crate::app::AppState;
 use crate::auth::DeskScope;
@@ -24,7 +28,7 @@ use crate::domain::{
 use crate::error::ApiError;
 use crate::ports::{Page, PositionChange};
 use crate::protocol::plan::NormalizedOrder;
-use crate::records::{QueueMessage, QUEUE_MESSAGE_SCHEMA};
+use crate::records::{ActionRecord, QueueMessage, QUEUE_MESSAGE_SCHEMA};
 use broker::{BrokerOrder, BrokerStatus};
 
 const ROUNDS: usize = 16;
@@ -37,36 +41,59 @@ pub enum Outcome {
     Failed(String),
     /// Already handled by an earlier delivery.
     AlreadyDone,
+    /// The message is not the stored action's (forged, or naming no action): nothing was
+    /// done, and the message is deleted, since no redelivery can make it right.
+    Refused(String),
 }
 
-/// Handles one message. `Err`: a fault (storage, broker, a malformed message); the message
-/// stays on the queue and is retried. `last_attempt`: no retry follows (the queue moves it
-/// to its dead-letter queue), so the action and job are marked failed with the error.
+/// Handles one message. `Err`: a fault (storage, broker, a malformed message, a panic);
+/// the message stays on the queue and is retried. `last_attempt`: no retry follows (the
+/// queue moves it to its dead-letter queue), so the action and job are settled with the
+/// error (see [`give_up`]).
+///
+/// A panic while handling fails this message only: it is caught here, for the in-process
+/// consumer and the Lambda alike, and becomes an error like any other fault.
 pub async fn handle(st: &AppState, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
-    let ids = serde_json::from_str::<serde_json::Value>(body).ok();
-    let action_id = ids
-        .as_ref()
-        .and_then(|v| v["action_id"].as_str())
-        .unwrap_or("")
-        .to_string();
+    let action_id = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["action_id"].as_str().map(String::from))
+        .unwrap_or_default();
     let span = tracing::info_span!("record", action_id = %action_id);
-    let _g = span.enter();
-    let result = process(st, body).await;
-    match &result {
-        Ok(o) => tracing::info!(outcome = ?o, "message handled"),
-        Err(e) => {
-            tracing::warn!(
-                code = e.code.as_str(),
-                cause = e.cause.as_deref().unwrap_or(&e.message),
-                last_attempt,
-                "message failed"
-            );
-            if last_attempt {
-                give_up(st, ids.as_ref(), e).await;
+    async move {
+        let result = guarded(process(st, body)).await.unwrap_or_else(Err);
+        match &result {
+            Ok(o) => tracing::info!(outcome = ?o, "message handled"),
+            Err(e) => {
+                tracing::warn!(
+                    code = e.code.as_str(),
+                    cause = e.cause.as_deref().unwrap_or(&e.message),
+                    last_attempt,
+                    "message failed"
+                );
+                if last_attempt {
+                    if let Err(p) = guarded(give_up(st, body, e)).await {
+                        tracing::error!(cause = p.cause.as_deref(), "giving up failed");
+                    }
+                }
             }
         }
+        result
     }
-    result
+    .instrument(span)
+    .await
+}
+
+/// Runs `f`, turning a panic into an error (logged with its message).
+async fn guarded<T>(f: impl std::future::Future<Output = T>) -> Result<T, ApiError> {
+    AssertUnwindSafe(f).catch_unwind().await.map_err(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-text panic".into());
+        tracing::error!(panic = %what, "the worker panicked handling a message");
+        ApiError::internal(format!("the worker panicked handling this message: {what}"))
+    })
 }
 
 fn bad_message(why: impl Into<String>) -> ApiError {
@@ -74,11 +101,70 @@ fn bad_message(why: impl Into<String>) -> ApiError {
     ApiError::internal(format!("malformed queue message: {why}")).with_field("message", why)
 }
 
+/// Which field of a received message differs from the stored one, if any. Only the
+/// fields that say what to do and for whom count; the trace and the send time may differ.
+fn mismatch(received: &QueueMessage, stored: &QueueMessage) -> Option<&'static str> {
+    let fields = [
+        ("action_id", received.action_id == stored.action_id),
+        ("schema", received.schema == stored.schema),
+        ("action_type", received.action_type == stored.action_type),
+        (
+            "normalized_payload",
+            received.normalized_payload == stored.normalized_payload,
+        ),
+        (
+            "resource_refs",
+            received.resource_refs == stored.resource_refs,
+        ),
+        ("plan_id", received.plan_id == stored.plan_id),
+        (
+            "service_principal",
+            received.service_principal == stored.service_principal,
+        ),
+        ("requested_by", received.requested_by == stored.requested_by),
+    ];
+    fields.iter().find(|(_, same)| !same).map(|(name, _)| *name)
+}
+
+/// The stored action a received message must be: `Err(reason)` when it is not (no such
+/// action, or a field differs), and the worker must not act on it.
+async fn stored_action(
+    st: &AppState,
+    received: &QueueMessage,
+) -> Result<Result<ActionRecord, String>, ApiError> {
+    let Some(action) = st.ports.actions.get_action(&received.action_id).await? else {
+        return Ok(Err(format!("no action {} is stored", received.action_id)));
+    };
+    Ok(match mismatch(received, &action.message) {
+        Some(field) => Err(format!(
+            "its {field} differs from the one stored for action {}",
+            received.action_id
+        )),
+        None => Ok(action),
+    })
+}
+
+fn refuse(action_id: &str, why: String) -> Outcome {
+    tracing::error!(
+        action_id = %action_id,
+        reason = %why,
+        "refused a queue message that is not the stored action's; deleted unhandled"
+    );
+    Outcome::Refused(format!("message refused: {why}"))
+}
+
 async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
-    let msg: QueueMessage = serde_json::from_str(body).map_err(|e| bad_message(e.to_string()))?;
-    if msg.schema != QUEUE_MESSAGE_SCHEMA {
-        return Err(bad_message(format!("unknown schema {}", msg.schema)));
+    let received: QueueMessage =
+        serde_json::from_str(body).map_err(|e| bad_message(e.to_string()))?;
+    if received.schema != QUEUE_MESSAGE_SCHEMA {
+        return Err(bad_message(format!("unknown schema {}", received.schema)));
     }
+    let action = match stored_action(st, &received).await? {
+        Ok(action) => action,
+        Err(why) => return Ok(refuse(&received.action_id, why)),
+    };
+    // From here on only the stored message counts: what was approved at execute.
+    let msg = &action.message;
     if crate::failpoint::hit("worker.poison") && msg.trace.tool_call_id.as_deref() == Some("poison")
     {
         // Test-only: a message that fails every time it is handled.
@@ -86,9 +172,10 @@ async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
             "failpoint worker.poison: this message cannot be handled",
         ));
     }
-    let Some(action) = st.ports.actions.get_action(&msg.action_id).await? else {
-        return Err(bad_message(format!("unknown action {}", msg.action_id)));
-    };
+    if crate::failpoint::hit("worker.panic") && msg.trace.tool_call_id.as_deref() == Some("panic") {
+        // Test-only: a message whose handling panics every time.
+        panic!("failpoint worker.panic: this message panics");
+    }
     if matches!(
         action.status,
         ActionStatus::Succeeded | ActionStatus::Failed
@@ -107,9 +194,9 @@ async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
         )
         .await?;
     let outcome = match msg.action_type {
-        ActionType::OrderSubmitCl => submit(st, &msg).await?,
-        ActionType::OrderCancel => cancel(st, &msg).await?,
-        ActionType::PositionsSync => sync(st, &msg).await?,
+        ActionType::OrderSubmitCl => submit(st, msg).await?,
+        ActionType::OrderCancel => cancel(st, msg).await?,
+        ActionType::PositionsSync => sync(st, msg).await?,
     };
     let (status, error) = match &outcome {
         Outcome::Failed(why) => (ActionStatus::Failed, Some(why.as_str())),
@@ -128,57 +215,303 @@ async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
     Ok(outcome)
 }
 
-/// The last attempt failed: record the failure on the action and its job.
-async fn give_up(st: &AppState, ids: Option<&serde_json::Value>, e: &ApiError) {
-    let Some(ids) = ids else { return };
-    let error = format!(
-        "processing failed after repeated attempts: {}",
-        e.cause.as_deref().unwrap_or(&e.message)
-    );
+/// The last attempt failed: settle the stored action (never one a mismatching message
+/// names) and its order or job, saying what is known.
+async fn give_up(st: &AppState, body: &str, e: &ApiError) {
+    let Ok(received) = serde_json::from_str::<QueueMessage>(body) else {
+        return; // Malformed: it names nothing we can trust.
+    };
+    let action = match stored_action(st, &received).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(why)) => {
+            refuse(&received.action_id, why);
+            return;
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "could not read the action to mark it failed");
+            return;
+        }
+    };
+    if matches!(
+        action.status,
+        ActionStatus::Succeeded | ActionStatus::Failed
+    ) {
+        return;
+    }
+    let cause = e.cause.as_deref().unwrap_or(&e.message);
     let now = st.clock.now_ms();
-    if let Some(action_id) = ids["action_id"].as_str() {
-        let from = [ActionStatus::Queued, ActionStatus::Processing];
-        if let Err(err) = st
-            .ports
-            .workers
-            .set_action_status(action_id, &from, ActionStatus::Failed, Some(&error), now)
-            .await
-        {
-            tracing::error!(error = %err, "could not mark the action failed");
-        }
+    let (status, error) = match action.action_type {
+        ActionType::OrderSubmitCl => match give_up_order(st, &action, cause).await {
+            Ok(settled) => settled,
+            Err(err) => (
+                ActionStatus::Failed,
+                Some(may_be_live(&action, cause, &err)),
+            ),
+        },
+        _ => (
+            ActionStatus::Failed,
+            Some(format!(
+                "processing failed after repeated attempts: {cause}"
+            )),
+        ),
+    };
+    let from = [ActionStatus::Queued, ActionStatus::Processing];
+    if let Err(err) = st
+        .ports
+        .workers
+        .set_action_status(&action.action_id, &from, status, error.as_deref(), now)
+        .await
+    {
+        tracing::error!(error = %err, "could not settle the action");
     }
-    if let Some(job_id) = ids["resource_refs"]["job_id"].as_str() {
-        let job = Job {
-            job_id: job_id.into(),
-            kind: JobKind::PositionsSync,
-            status: JobStatus::Failed,
-            account_id: ids["normalized_payload"]["account_id"]
-                .as_str()
-                .map(String::from),
-            action_id: ids["action_id"].as_str().map(String::from),
-            created_at: now,
-            updated_at: now,
-            error: Some(error.clone()),
-            result: None,
-        };
-        let created = st
-            .ports
-            .workers
-            .create_job(&Job {
-                status: JobStatus::Running,
-                ..job.clone()
-            })
-            .await;
-        if let Ok(stored) = created {
-            let failed = Job {
-                created_at: stored.created_at,
-                ..job
-            };
-            if let Err(err) = st.ports.workers.finish_job(&failed, &json!({}), None).await {
-                tracing::error!(error = %err, "could not mark the job failed");
+    if let Some(job_id) = &action.resource_refs.job_id {
+        let why = error.unwrap_or_else(|| format!("processing failed: {cause}"));
+        fail_job(st, &action, job_id, &why, now).await;
+    }
+}
+
+/// The error of an order submission whose outcome at the broker is unknown.
+fn may_be_live(action: &ActionRecord, cause: &str, err: &ApiError) -> String {
+    let order_id = action.resource_refs.order_id.as_deref().unwrap_or("?");
+    format!(
+        "processing failed after repeated attempts ({cause}), and whether order {order_id} \
+         reached the broker is unknown ({}): it may be live at the broker. Reconcile it \
+         (the broker's book of {}, or a positions.sync) before placing it again",
+        err.cause.as_deref().unwrap_or(&err.message),
+        action.account_id
+    )
+}
+
+/// The last attempt at an order submission failed: find out where the order is, so that
+/// nothing is left open and nobody is told to resubmit a live order. An order the broker
+/// never saw (no row, or still `queued`, or `submitted` but unknown to the broker) becomes
+/// `rejected`; one the broker has is recorded as the broker says.
+async fn give_up_order(
+    st: &AppState,
+    action: &ActionRecord,
+    cause: &str,
+) -> Result<(ActionStatus, Option<String>), ApiError> {
+    let failed = |why: String| Ok((ActionStatus::Failed, Some(why)));
+    let Some(order_id) = action.resource_refs.order_id.as_deref() else {
+        return failed(format!(
+            "processing failed after repeated attempts: {cause}"
+        ));
+    };
+    let never_sent = format!(
+        "processing failed after repeated attempts: {cause}; order {order_id} never reached \
+         the broker and is rejected"
+    );
+    for _ in 0..ROUNDS {
+        let now = st.clock.now_ms();
+        let order = match st.ports.orders.get_order(order_id).await? {
+            Some(o) => o,
+            None => {
+                st.ports
+                    .workers
+                    .create_order(&new_order(&action.message, now)?)
+                    .await?
             }
+        };
+        match order.status {
+            OrderStatus::Queued => {
+                if reject_unsent(st, &order, now).await? {
+                    return failed(never_sent);
+                }
+            }
+            OrderStatus::Submitted => {
+                match st.ports.broker.order(&order.account_id, order_id).await? {
+                    Some(ack) => {
+                        record(st, &order, &ack, now).await?;
+                    }
+                    None => {
+                        if reject_unsent(st, &order, now).await? {
+                            return failed(never_sent);
+                        }
+                    }
+                }
+            }
+            OrderStatus::Rejected => {
+                return failed(format!(
+                "processing failed after repeated attempts: {cause}; order {order_id} is rejected"
+            ))
+            }
+            OrderStatus::Cancelled => {
+                return failed(format!("order {order_id} was cancelled without a fill"))
+            }
+            // At the broker (working or filled): the submission did what it was for.
+            _ => return Ok((ActionStatus::Succeeded, None)),
         }
     }
+    Err(ApiError::unavailable(format!(
+        "order {order_id}: too many concurrent changes"
+    )))
+}
+
+/// Marks a job failed (creating it if no delivery did).
+async fn fail_job(st: &AppState, action: &ActionRecord, job_id: &str, error: &str, now: Millis) {
+    let job = Job {
+        job_id: job_id.into(),
+        kind: JobKind::PositionsSync,
+        status: JobStatus::Failed,
+        account_id: Some(action.account_id.clone()),
+        action_id: Some(action.action_id.clone()),
+        created_at: now,
+        updated_at: now,
+        error: Some(error.to_string()),
+        result: None,
+    };
+    let created = st
+        .ports
+        .workers
+        .create_job(&Job {
+            status: JobStatus::Running,
+            ..job.clone()
+        })
+        .await;
+    if let Ok(stored) = created {
+        let failed = Job {
+            created_at: stored.created_at,
+            ..job
+        };
+        if let Err(err) = st.ports.workers.finish_job(&failed, &json!({}), None).await {
+            tracing::error!(error = %err, "could not mark the job failed");
+        }
+    }
+}
+
+/// The kill switch, read before every order submission: `Some(error)` if it is engaged.
+async fn kill_switch(st: &AppState, order_id: &str) -> Result<Option<String>, ApiError> {
+    let control = st.ports.control.get_control().await?;
+    if control.trade_execute_enabled {
+        return Ok(None);
+    }
+    let reason = control
+        .reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    Ok(Some(format!(
+        "kill_switch_engaged: the kill switch was engaged{reason} before order {order_id} \
+         reached the broker; it was not sent"
+    )))
+}
+
+/// The worker's last check before an order first goes to the broker: the kill switch,
+/// then the position limit against the worst case with open orders (this order's own
+/// contracts were reserved at execute), under the policy in force now. A policy lowered,
+/// or a sync that raised the position, since execute stops the order here. `Some(error)`:
+/// do not send it.
+async fn pre_broker_gate(st: &AppState, order: &Order) -> Result<Option<String>, ApiError> {
+    if let Some(why) = kill_switch(st, &order.order_id).await? {
+        return Ok(Some(why));
+    }
+    let control = st.ports.control.get_control().await?;
+    let exposure = st
+        .ports
+        .positions
+        .get_exposure(&order.account_id, &order.symbol)
+        .await?;
+    let request = crate::domain::OrderSubmitCl {
+        account_id: crate::domain::Ident::parse(&order.account_id).map_err(bad_message)?,
+        symbol: order.symbol.clone(),
+        side: order.side,
+        quantity: crate::domain::Quantity::new(order.quantity as i64).map_err(bad_message)?,
+        order_type: order.order_type,
+        limit_price: order.limit_price,
+        stop_price: order.stop_price,
+        time_in_force: order.time_in_force,
+    };
+    let inputs = crate::policy::OrderInputs {
+        policy: st.policy_for(&control),
+        calendar: crate::domain::calendar::ExchangeCalendar::cme(),
+        now: st.clock.now(),
+        account_id: &order.account_id,
+        order: &request,
+        contract: crate::domain::cl::ClContract::parse(&order.symbol).ok(),
+        exposure,
+        reference: None,
+    };
+    Ok(crate::policy::position_gate(&inputs).err().map(|why| {
+        format!(
+            "policy_violation: position_limit: {why}; order {} was not sent to the broker",
+            order.order_id
+        )
+    }))
+}
+
+/// Moves an order the broker never saw to `rejected` (releasing what it reserved).
+/// `false`: it moved under us; read it again.
+async fn reject_unsent(st: &AppState, order: &Order, now: Millis) -> Result<bool, ApiError> {
+    let next = Order {
+        status: OrderStatus::Rejected,
+        updated_at: now.max(order.updated_at),
+        ..order.clone()
+    };
+    Ok(st.ports.workers.advance_order(order, &next, None).await?)
+}
+
+/// The order a submission's stored message describes, as first recorded (`queued`).
+fn new_order(msg: &QueueMessage, now: Millis) -> Result<Order, ApiError> {
+    let order_id = msg
+        .resource_refs
+        .order_id
+        .clone()
+        .ok_or_else(|| bad_message("no order_id"))?;
+    let n: NormalizedOrder = serde_json::from_value(msg.normalized_payload.clone())
+        .map_err(|e| bad_message(e.to_string()))?;
+    Ok(Order {
+        order_id,
+        account_id: n.account_id.clone(),
+        symbol: n.symbol.clone(),
+        side: n.side,
+        quantity: n.quantity,
+        order_type: n.order_type,
+        limit_price: n.limit_price,
+        stop_price: n.stop_price,
+        time_in_force: n.time_in_force,
+        status: OrderStatus::Queued,
+        filled_quantity: 0,
+        avg_fill_price: None,
+        action_id: Some(msg.action_id.clone()),
+        created_at: now,
+        updated_at: now,
+    })
+}
+
+/// An order submission the sweeper will not send because the kill switch is engaged:
+/// its order is recorded `rejected` (so what execute reserved is released) and the
+/// error to fail the action with is returned. `None`: the switch is not engaged.
+pub(crate) async fn refuse_unsent_submission(
+    st: &AppState,
+    action: &ActionRecord,
+) -> Result<Option<String>, ApiError> {
+    let Some(order_id) = action.resource_refs.order_id.as_deref() else {
+        return Ok(None);
+    };
+    let Some(why) = kill_switch(st, order_id).await? else {
+        return Ok(None);
+    };
+    for _ in 0..ROUNDS {
+        let now = st.clock.now_ms();
+        let order = st
+            .ports
+            .workers
+            .create_order(&new_order(&action.message, now)?)
+            .await?;
+        match order.status {
+            OrderStatus::Queued => {
+                if reject_unsent(st, &order, now).await? {
+                    return Ok(Some(why));
+                }
+            }
+            OrderStatus::Rejected => return Ok(Some(why)),
+            // A worker has it (a redelivery): send, and let the worker's own gate decide.
+            _ => return Ok(None),
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "order {order_id}: too many concurrent changes"
+    )))
 }
 
 fn order_status(s: BrokerStatus) -> OrderStatus {
@@ -255,7 +588,7 @@ async fn record(
     Ok(st
         .ports
         .workers
-        .advance_order(&next, order.status, change.as_ref())
+        .advance_order(order, &next, change.as_ref())
         .await?)
 }
 
@@ -268,69 +601,60 @@ async fn reload(st: &AppState, order_id: &str) -> Result<Order, ApiError> {
 }
 
 async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
-    let order_id = msg
-        .resource_refs
-        .order_id
-        .clone()
-        .ok_or_else(|| bad_message("no order_id"))?;
-    let n: NormalizedOrder = serde_json::from_value(msg.normalized_payload.clone())
-        .map_err(|e| bad_message(e.to_string()))?;
-    let now = st.clock.now_ms();
-    let fresh = Order {
-        order_id: order_id.clone(),
-        account_id: n.account_id.clone(),
-        symbol: n.symbol.clone(),
-        side: n.side,
-        quantity: n.quantity,
-        order_type: n.order_type,
-        limit_price: n.limit_price,
-        stop_price: n.stop_price,
-        time_in_force: n.time_in_force,
-        status: OrderStatus::Queued,
-        filled_quantity: 0,
-        avg_fill_price: None,
-        action_id: Some(msg.action_id.clone()),
-        created_at: now,
-        updated_at: now,
-    };
+    let fresh = new_order(msg, st.clock.now_ms())?;
+    let order_id = fresh.order_id.clone();
     let mut order = st.ports.workers.create_order(&fresh).await?;
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
         match order.status {
             OrderStatus::Queued => {
-                // Claim the send before calling the broker.
-                let next = Order {
-                    status: OrderStatus::Submitted,
-                    updated_at: now.max(order.updated_at),
-                    ..order.clone()
-                };
-                st.ports
-                    .workers
-                    .advance_order(&next, OrderStatus::Queued, None)
-                    .await?;
-            }
-            OrderStatus::Submitted => {
-                // The broker deduplicates on the client order id: a resend is not a new order.
-                let ack = st.ports.broker.submit(&to_broker(&order)).await?;
-                if crate::failpoint::hit("worker.after_broker") {
-                    // Test-only: the worker dies after the broker accepted the order.
-                    tracing::error!(order_id = %order_id, "failpoint worker.after_broker: aborting");
-                    std::process::abort();
+                if let Some(why) = pre_broker_gate(st, &order).await? {
+                    if reject_unsent(st, &order, now).await? {
+                        return Ok(Outcome::Failed(why));
+                    }
+                } else {
+                    // Claim the send before calling the broker.
+                    let next = Order {
+                        status: OrderStatus::Submitted,
+                        updated_at: now.max(order.updated_at),
+                        ..order.clone()
+                    };
+                    st.ports.workers.advance_order(&order, &next, None).await?;
                 }
-                record(st, &order, &ack, now).await?;
             }
-            OrderStatus::Rejected => {
-                let why = st
-                    .ports
-                    .broker
-                    .order(&order.account_id, &order.order_id)
-                    .await?
-                    .and_then(|o| o.reason)
-                    .unwrap_or_else(|| "rejected by the broker".into());
-                return Ok(Outcome::Failed(format!(
-                    "the broker rejected order {order_id}: {why}"
-                )));
-            }
+            OrderStatus::Submitted => match kill_switch(st, &order_id).await? {
+                // Claimed, by us or by a worker that died: the broker may have it already.
+                Some(why) => match st.ports.broker.order(&order.account_id, &order_id).await? {
+                    Some(ack) => {
+                        record(st, &order, &ack, now).await?;
+                    }
+                    None => {
+                        if reject_unsent(st, &order, now).await? {
+                            return Ok(Outcome::Failed(why));
+                        }
+                    }
+                },
+                None => {
+                    // The broker deduplicates on the client order id: a resend is not a new
+                    // order.
+                    let ack = st.ports.broker.submit(&to_broker(&order)).await?;
+                    if crate::failpoint::hit("worker.after_broker") {
+                        // Test-only: the worker dies after the broker accepted the order.
+                        tracing::error!(order_id = %order_id, "failpoint worker.after_broker: aborting");
+                        std::process::abort();
+                    }
+                    if crate::failpoint::hit("worker.record_fails")
+                        && msg.trace.tool_call_id.as_deref() == Some("record-fails")
+                    {
+                        // Test-only: the broker accepted the order, recording it fails.
+                        return Err(ApiError::unavailable(
+                            "failpoint worker.record_fails: the order's record was not written",
+                        ));
+                    }
+                    record(st, &order, &ack, now).await?;
+                }
+            },
+            OrderStatus::Rejected => return rejected(st, &order).await,
             OrderStatus::Cancelled => {
                 return Ok(Outcome::Failed(format!(
                     "order {order_id} was cancelled without a fill"
@@ -343,6 +667,23 @@ async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
     Err(ApiError::unavailable(format!(
         "order {order_id}: too many concurrent changes"
     )))
+}
+
+/// Why a rejected order was rejected: the broker's reason, or, for an order the broker
+/// never saw, the kill switch or the last attempt that gave up on it.
+async fn rejected(st: &AppState, order: &Order) -> Result<Outcome, ApiError> {
+    let order_id = &order.order_id;
+    let why = match st.ports.broker.order(&order.account_id, order_id).await? {
+        Some(o) => format!(
+            "the broker rejected order {order_id}: {}",
+            o.reason.as_deref().unwrap_or("rejected by the broker")
+        ),
+        None => match kill_switch(st, order_id).await? {
+            Some(why) => why,
+            None => format!("order {order_id} was rejected before it reached the broker"),
+        },
+    };
+    Ok(Outcome::Failed(why))
 }
 
 async fn cancel(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
@@ -369,17 +710,23 @@ async fn cancel(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
             Some(ack) => {
                 record(st, &order, &ack, now).await?;
             }
+            None if order.status == OrderStatus::Submitted => {
+                // Claimed for sending but unknown to the broker: its submission may be on
+                // its way (cancels travel apart from submissions). Cancelling it here could
+                // leave a live order behind a `cancelled` record: retry until it settles.
+                return Err(ApiError::unavailable(format!(
+                    "order {order_id} is being sent to the broker; the cancel will be retried"
+                )));
+            }
             None => {
-                // Never reached the broker: cancel it here.
+                // Never reached the broker (still queued: its claim is conditional, so it
+                // will not be sent now): cancel it here.
                 let next = Order {
                     status: OrderStatus::Cancelled,
                     updated_at: now.max(order.updated_at),
                     ..order.clone()
                 };
-                st.ports
-                    .workers
-                    .advance_order(&next, order.status, None)
-                    .await?;
+                st.ports.workers.advance_order(&order, &next, None).await?;
             }
         }
     }
@@ -554,4 +901,67 @@ async fn reconcile_orders(
         }
     }
     Ok(updated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> QueueMessage {
+        serde_json::from_value(json!({
+            "schema": QUEUE_MESSAGE_SCHEMA, "action_id": "act-1", "plan_id": "plan-1",
+            "action_type": "order.submit.cl",
+            "normalized_payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": "buy",
+                                   "quantity": 1, "order_type": "market", "time_in_force": "day"},
+            "resource_refs": {"order_id": "ord-1"}, "requested_by": "op-1",
+            "service_principal": "svc", "enqueued_at": "2026-11-23T15:00:00Z",
+            "trace": {"request_id": "req-1", "chat_session_id": null, "tool_call_id": null}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_message_must_be_the_stored_one_in_every_field_that_acts() {
+        let stored = message();
+        let mut same = stored.clone();
+        same.trace.request_id = "req-2".into();
+        same.enqueued_at = "2026-11-23T15:01:00Z".into();
+        assert_eq!(
+            mismatch(&same, &stored),
+            None,
+            "trace and send time may differ"
+        );
+        let forged: [(&str, fn(&mut QueueMessage)); 7] = [
+            ("normalized_payload", |m| {
+                m.normalized_payload["quantity"] = json!(7)
+            }),
+            ("normalized_payload", |m| {
+                m.normalized_payload["account_id"] = json!("ACC-2")
+            }),
+            ("resource_refs", |m| {
+                m.resource_refs.order_id = Some("ord-2".into())
+            }),
+            ("action_type", |m| m.action_type = ActionType::OrderCancel),
+            ("plan_id", |m| m.plan_id = "plan-2".into()),
+            ("service_principal", |m| {
+                m.service_principal = "other".into()
+            }),
+            ("requested_by", |m| m.requested_by = "op-2".into()),
+        ];
+        for (field, change) in forged {
+            let mut m = stored.clone();
+            change(&mut m);
+            assert_eq!(mismatch(&m, &stored), Some(field));
+        }
+    }
+
+    #[test]
+    fn cancels_have_their_own_group() {
+        assert_eq!(ActionType::OrderSubmitCl.message_group("ACC-1"), "ACC-1");
+        assert_eq!(
+            ActionType::OrderCancel.message_group("ACC-1"),
+            "ACC-1#cancel"
+        );
+        assert_eq!(ActionType::PositionsSync.message_group("ACC-1"), "ACC-1");
+    }
 }

@@ -95,9 +95,23 @@ fn contention(what: &str) -> StoreError {
     StoreError::Unavailable(format!("paper broker {what}: too much contention"))
 }
 
-/// The price band: 20 % of the reference, at least 5.00.
+/// The price band: 20 % of the reference, at least 5.00. (A fifth of any decimal is
+/// representable, so this cannot overflow; checked all the same.)
 fn band(reference: Decimal) -> Decimal {
-    (reference.abs() * Decimal::new(2, 1)).max(Decimal::new(5, 0))
+    reference
+        .abs()
+        .checked_mul(Decimal::new(2, 1))
+        .unwrap_or(Decimal::MAX)
+        .max(Decimal::new(5, 0))
+}
+
+/// Whether `price` lies within the band around `reference`. A distance too large to
+/// represent is outside any band.
+fn within_band(price: Price, reference: Price) -> bool {
+    price
+        .value()
+        .checked_sub(reference.value())
+        .is_some_and(|d| d.abs() <= band(reference.value()))
 }
 
 /// Whether a working order trades at `reference` (stops trigger first), and at what price.
@@ -123,15 +137,17 @@ fn crossing(o: &mut BrokerOrder, reference: Price) -> Option<Price> {
 
 /// Applies a fill of `qty` at `price` to a position: signed quantity, average price of the
 /// open position (unchanged when reducing, the fill price when opening or flipping).
-pub fn apply_fill(
+/// `None` if the result cannot be represented (a quantity past `i64`, an average price past
+/// what a decimal holds): the caller refuses the fill instead of panicking.
+pub fn try_apply_fill(
     quantity: i64,
     avg: Option<Price>,
     side: Side,
     qty: u32,
     price: Price,
-) -> (i64, Option<Price>) {
-    let delta = side.sign() * qty as i64;
-    let after = quantity + delta;
+) -> Option<(i64, Option<Price>)> {
+    let delta = side.sign().checked_mul(i64::from(qty))?;
+    let after = quantity.checked_add(delta)?;
     let avg = if after == 0 {
         None
     } else if quantity == 0 || quantity.signum() != after.signum() {
@@ -139,18 +155,80 @@ pub fn apply_fill(
     } else if quantity.signum() == delta.signum() {
         // Adding to the position: weighted average.
         let old = avg.map(|p| p.value()).unwrap_or(price.value());
-        let total =
-            old * Decimal::from(quantity.abs()) + price.value() * Decimal::from(delta.abs());
-        Some(Price::new((total / Decimal::from(after.abs())).round_dp(6)))
+        Some(Price::new(weighted_average(
+            old,
+            quantity.unsigned_abs(),
+            price.value(),
+            delta.unsigned_abs(),
+        )?))
     } else {
         avg
     };
-    (after, avg)
+    Some((after, avg))
 }
 
-/// Fills what is left of `o` at `price` and moves the account's position.
-fn fill(positions: &mut BTreeMap<String, BrokerPosition>, o: &mut BrokerOrder, price: Price) {
+/// `(a * wa + b * wb) / (wa + wb)` to 6 places, checked. When the products overflow, the
+/// same average as `a * (wa / w) + b * (wb / w)`, whose terms are no larger than `a` and `b`.
+fn weighted_average(a: Decimal, wa: u64, b: Decimal, wb: u64) -> Option<Decimal> {
+    let (wa, wb) = (Decimal::from(wa), Decimal::from(wb));
+    let w = wa.checked_add(wb)?;
+    if w.is_zero() {
+        return None;
+    }
+    let direct = a
+        .checked_mul(wa)
+        .and_then(|x| x.checked_add(b.checked_mul(wb)?))
+        .and_then(|t| t.checked_div(w));
+    let avg = match direct {
+        Some(avg) => avg,
+        None => a
+            .checked_mul(wa.checked_div(w)?)?
+            .checked_add(b.checked_mul(wb.checked_div(w)?)?)?,
+    };
+    Some(avg.round_dp(6))
+}
+
+/// [`try_apply_fill`] for a caller that must record the fill whatever happens (Airlock's
+/// own position after the broker filled): never panics; a quantity that cannot be
+/// represented saturates and an average that cannot be represented is recorded as unknown
+/// (`None`), with an error in the log.
+pub fn apply_fill(
+    quantity: i64,
+    avg: Option<Price>,
+    side: Side,
+    qty: u32,
+    price: Price,
+) -> (i64, Option<Price>) {
+    try_apply_fill(quantity, avg, side, qty, price).unwrap_or_else(|| {
+        tracing::error!(
+            quantity,
+            qty,
+            price = %price,
+            "a fill's position cannot be represented; recording its average price as unknown"
+        );
+        let after = quantity.saturating_add(side.sign().saturating_mul(i64::from(qty)));
+        (after, None)
+    })
+}
+
+/// Fills what is left of `o` at `price` and moves the account's position. `Err`: the
+/// position after the fill cannot be represented; nothing changed.
+fn fill(
+    positions: &mut BTreeMap<String, BrokerPosition>,
+    o: &mut BrokerOrder,
+    price: Price,
+) -> Result<(), String> {
     let qty = o.quantity.saturating_sub(o.filled_quantity);
+    let (q, avg) = match positions.get(&o.symbol) {
+        Some(pos) => try_apply_fill(pos.quantity, pos.avg_price, o.side, qty, price),
+        None => try_apply_fill(0, None, o.side, qty, price),
+    }
+    .ok_or_else(|| {
+        format!(
+            "a fill of {qty} {} at {price} would take the position past what the broker can hold",
+            o.symbol
+        )
+    })?;
     o.status = BrokerStatus::Filled;
     o.filled_quantity = o.quantity;
     o.avg_fill_price = Some(price);
@@ -159,9 +237,9 @@ fn fill(positions: &mut BTreeMap<String, BrokerPosition>, o: &mut BrokerOrder, p
         quantity: 0,
         avg_price: None,
     });
-    let (q, avg) = apply_fill(pos.quantity, pos.avg_price, o.side, qty, price);
     pos.quantity = q;
     pos.avg_price = avg;
+    Ok(())
 }
 
 /// The broker's answer to a new order at the `reference` price: rejected (no price, or
@@ -183,7 +261,7 @@ fn accept(
         return (o, false);
     };
     for p in [o.limit_price, o.stop_price].into_iter().flatten() {
-        if (p.value() - reference.value()).abs() > band(reference.value()) {
+        if !within_band(p, reference) {
             o.status = BrokerStatus::Rejected;
             o.reason = Some(format!(
                 "price {p} is outside the broker's band around the reference {reference}"
@@ -192,10 +270,14 @@ fn accept(
         }
     }
     match crossing(&mut o, reference) {
-        Some(price) => {
-            fill(positions, &mut o, price);
-            (o, true)
-        }
+        Some(price) => match fill(positions, &mut o, price) {
+            Ok(()) => (o, true),
+            Err(why) => {
+                o.status = BrokerStatus::Rejected;
+                o.reason = Some(why);
+                (o, false)
+            }
+        },
         None => {
             if matches!(o.time_in_force, TimeInForce::Ioc | TimeInForce::Fok) {
                 o.status = BrokerStatus::Cancelled;
@@ -397,7 +479,17 @@ impl Broker for PaperBroker {
                 None => self.store.save(&key, &encode(&o)?, version).await?,
                 Some(price) => {
                     let (mut book, book_version) = self.load_book(account_id).await?;
-                    fill(&mut book.positions, &mut o, price);
+                    if let Err(why) = fill(&mut book.positions, &mut o, price) {
+                        // It cannot fill, now or at any price like this one: cancel it
+                        // rather than leave it crossing on every check.
+                        o.status = BrokerStatus::Cancelled;
+                        o.reason = Some(why);
+                        let saved = self.store.save(&key, &encode(&o)?, version).await?;
+                        if saved {
+                            return Ok(Some(o));
+                        }
+                        continue;
+                    }
                     let docs = [
                         PaperDoc {
                             key: key.clone(),
@@ -461,6 +553,123 @@ mod tests {
             apply_fill(1, Some(p("71")), Side::Sell, 3, p("69")),
             (-2, Some(p("69")))
         );
+    }
+
+    #[test]
+    fn fills_at_extreme_prices_never_panic() {
+        let max = Price::new(Decimal::MAX);
+        let min = Price::new(Decimal::MIN);
+        assert_eq!(
+            try_apply_fill(0, None, Side::Buy, 2, max),
+            Some((2, Some(max)))
+        );
+        // 3 at 68.40 and 2 at MAX: the products overflow, the average does not.
+        let (q, avg) = try_apply_fill(3, Some(p("68.40")), Side::Buy, 2, max).unwrap();
+        let avg = avg.unwrap().value();
+        assert_eq!(q, 5);
+        assert!(
+            avg > Decimal::MAX * Decimal::new(39, 2) && avg < Decimal::MAX,
+            "{avg}"
+        );
+        let (q, avg) = try_apply_fill(-3, Some(p("68.40")), Side::Sell, 2, min).unwrap();
+        assert_eq!(q, -5);
+        assert!(avg.unwrap().value() < Decimal::MIN * Decimal::new(39, 2));
+        // At the very edge the rounding may not fit: whatever the answer, no panic.
+        let _ = try_apply_fill(1, Some(max), Side::Buy, 1, max);
+        let _ = apply_fill(1, Some(max), Side::Buy, 1, max);
+        // Quantities past i64.
+        assert_eq!(
+            try_apply_fill(i64::MAX, Some(p("1")), Side::Buy, 1, p("1")),
+            None
+        );
+        assert_eq!(
+            try_apply_fill(i64::MIN, Some(p("1")), Side::Sell, 1, p("1")),
+            None
+        );
+        // The infallible form saturates and forgets the average instead.
+        assert_eq!(
+            apply_fill(i64::MAX, Some(p("1")), Side::Buy, 1, p("1")),
+            (i64::MAX, None)
+        );
+    }
+
+    #[test]
+    fn prices_too_far_to_subtract_are_outside_the_band() {
+        let extreme = Price::parse("-79228162514264337593543950335").unwrap();
+        assert!(!within_band(extreme, p("68.40")));
+        assert!(!within_band(p("68.40"), extreme));
+        assert!(!within_band(Price::new(Decimal::MAX), extreme));
+        assert!(within_band(p("60.00"), p("68.40")));
+        assert!(!within_band(p("40.00"), p("68.40")));
+        let mut positions = BTreeMap::new();
+        let mut o = new_order("o", Side::Buy, OrderType::Limit, None);
+        o.limit_price = Some(extreme);
+        let (ack, filled) = accept(&o, Some(p("68.40")), &mut positions);
+        assert_eq!(ack.status, BrokerStatus::Rejected);
+        assert!(!filled);
+        assert!(ack.reason.unwrap().contains("band"));
+        // The answer, extreme price and all, serializes and reads back.
+        let text = serde_json::to_string(&ack.limit_price).unwrap();
+        let back: Option<Price> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, Some(extreme));
+    }
+
+    #[tokio::test]
+    async fn a_fill_the_book_cannot_hold_is_refused_not_a_panic() {
+        // At the largest reference price a market order fills; a second one at 68.40
+        // averages through the weights (the products would overflow).
+        let (_store, broker) = broker_at(&Decimal::MAX.to_string()).await;
+        let o = new_order("o-1", Side::Buy, OrderType::Market, None);
+        assert_eq!(
+            broker.submit(&o).await.unwrap().status,
+            BrokerStatus::Filled
+        );
+        broker
+            .set_prices(&BTreeMap::from([("CLF27".to_string(), p("68.40"))]))
+            .await
+            .unwrap();
+        let o = new_order("o-2", Side::Buy, OrderType::Market, None);
+        assert_eq!(
+            broker.submit(&o).await.unwrap().status,
+            BrokerStatus::Filled
+        );
+        let pos = broker.positions("ACC-1").await.unwrap();
+        let half = Decimal::MAX / Decimal::from(2);
+        assert_eq!(pos[0].quantity, 2);
+        assert!((pos[0].avg_price.unwrap().value() - half).abs() < Decimal::from(100));
+        // A position the next fill would take past i64: refused, with the reason.
+        let (_store, broker) = broker_at("68.40").await;
+        let resting = new_order("o-rest", Side::Buy, OrderType::Limit, Some("68.00"));
+        assert_eq!(
+            broker.submit(&resting).await.unwrap().status,
+            BrokerStatus::Working
+        );
+        let full = BrokerPosition {
+            symbol: "CLF27".into(),
+            quantity: i64::MAX,
+            avg_price: Some(p("68.40")),
+        };
+        broker
+            .seed_positions("ACC-1", &[full.clone()])
+            .await
+            .unwrap();
+        let buy = new_order("o-buy", Side::Buy, OrderType::Market, None);
+        let ack = broker.submit(&buy).await.unwrap();
+        assert_eq!(ack.status, BrokerStatus::Rejected, "{ack:?}");
+        assert!(ack
+            .reason
+            .unwrap()
+            .contains("past what the broker can hold"));
+        // The resting order crosses later: it cannot fill, so it is cancelled, once.
+        broker
+            .set_prices(&BTreeMap::from([("CLF27".to_string(), p("67.90"))]))
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let o = broker.order("ACC-1", "o-rest").await.unwrap().unwrap();
+            assert_eq!(o.status, BrokerStatus::Cancelled, "{o:?}");
+        }
+        assert_eq!(broker.positions("ACC-1").await.unwrap(), vec![full]);
     }
 
     #[test]
