@@ -309,3 +309,198 @@ async fn operator_mismatch_at_execute_is_audited(b: Backend) {
         "{trail:?}"
     );
 }
+
+both!(the_worker_checks_the_position_limit_before_the_broker);
+async fn the_worker_checks_the_position_limit_before_the_broker(b: Backend) {
+    // Accepted while the limit was 50, then the limit drops to 5 before a worker runs.
+    let s = start(b, &[]);
+    let t = s.trader();
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 10)).await;
+    let e = t.execute(&p, "gate-1").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    let action_id = e["action_id"].as_str().unwrap().to_string();
+    let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
+    let file = write_policy(&s, json!({ "version": "tight", "max_position": 5 }));
+    s.cli(&["policy", "set", &file]);
+    let s = s
+        .crash()
+        .start(&[("AIRLOCK_NOW", MARKET_OPEN), ("AIRLOCK_WORKERS", "on")]);
+    let t = s.trader();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let r = loop {
+        let r = t.get(&format!("/actions/{action_id}")).await;
+        if r["status"] != "queued" && r["status"] != "processing" {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "never settled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(r["status"], "failed", "{:?}", r.body);
+    assert!(r.body.to_string().contains("position_limit"), "{:?}", r.body);
+    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    assert!(
+        book["orders"].get(&order_id).is_none(),
+        "the broker saw the order: {book}"
+    );
+    // The refused order's contracts were released: 5 fit under the new limit.
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 5)).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
+}
+
+/// A small deterministic generator, so a failing interleaving can be replayed by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+async fn positions_of(t: &Api) -> Vec<(String, i64)> {
+    let r = t.get("/positions?account_id=ACC-1").await;
+    r.body["positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["symbol"].as_str().unwrap().to_string(),
+                p["quantity"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn broker_order_count(s: &Server) -> usize {
+    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    book["orders"].as_object().map(|o| o.len()).unwrap_or(0)
+}
+
+async fn drained(s: &Server) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.queued_messages() > 0 {
+        assert!(std::time::Instant::now() < deadline, "queues never drained");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+both!(random_interleavings_keep_the_limit_and_the_kill_switch);
+/// Random interleavings of plans, executes (buys and sells, market and resting limits),
+/// price moves that fill resting orders, cancels and kill-switch writes, with the workers
+/// running: the position never passes the limit (checked after every step), and no order
+/// reaches the broker while the switch is engaged (orders queued before the engage
+/// included).
+async fn random_interleavings_keep_the_limit_and_the_kill_switch(b: Backend) {
+    let max = 12i64;
+    let s = start(b, &[("AIRLOCK_WORKERS", "on"), ("AIRLOCK_WORKER_RETRY_MS", "100")]);
+    let file = write_policy(
+        &s,
+        json!({ "version": "prop", "max_position": max, "max_order_size": 6 }),
+    );
+    s.cli(&["policy", "set", &file]);
+    s.cli(&["prices", "CLH27", "70.00"]);
+    let t = s.trader();
+    let seed = 0x5eed_0000_0000_0001u64 ^ (b as u64);
+    let mut rng = Rng(seed);
+    let mut engaged = false;
+    let mut broker_at_engage = 0;
+    let mut price = 7000i64;
+    let mut open: Vec<String> = Vec::new();
+    // The emulator serves one request at a time behind the workers' long polls, so the AWS
+    // run takes fewer steps (the conditions it exercises are the same each step).
+    let steps = match b {
+        Backend::Embedded => 60,
+        Backend::Aws => 8,
+    };
+    for step in 0..steps {
+        match rng.below(10) {
+            0..=5 => {
+                let side = if rng.below(2) == 0 { "buy" } else { "sell" };
+                let qty = 1 + rng.below(6) as u32;
+                let mut o = json!({ "account_id": "ACC-1", "symbol": "CLH27", "side": side,
+                                    "quantity": qty, "order_type": "market" });
+                if rng.below(2) == 0 {
+                    // A resting limit a little away from the price, filled by a later move.
+                    let off = 1 + rng.below(200) as i64;
+                    let px = if side == "buy" { price - off } else { price + off };
+                    o["order_type"] = json!("limit");
+                    o["limit_price"] = json!(format!("{}.{:02}", px / 100, px % 100));
+                }
+                let p = plan_order(&t, "op-energy-trader", o).await;
+                if p["executable"] == true {
+                    let e = t.execute(&p, &format!("prop-{seed}-{step}")).await;
+                    assert!(
+                        [202, 422].contains(&e.status),
+                        "seed {seed} step {step}: {:?}",
+                        e.body
+                    );
+                    if e.status == 202 {
+                        open.push(e["resource_refs"]["order_id"].as_str().unwrap().into());
+                    }
+                }
+            }
+            6 => {
+                price += rng.below(400) as i64 - 200;
+                s.cli(&[
+                    "prices",
+                    "CLH27",
+                    &format!("{}.{:02}", price / 100, price % 100),
+                ]);
+            }
+            7 if !open.is_empty() => {
+                let id = open.remove(rng.below(open.len() as u64) as usize);
+                let p = t
+                    .post(
+                        "/actions/plan",
+                        &json!({ "action_type": "order.cancel",
+                                 "payload": { "account_id": "ACC-1", "order_id": id },
+                                 "requested_by": "op-energy-trader" }),
+                    )
+                    .await;
+                if p["executable"] == true {
+                    t.execute(&p, &format!("prop-cancel-{seed}-{step}")).await;
+                }
+            }
+            8 if !engaged => {
+                s.cli(&["kill-switch", "engage", "--reason", "prop"]);
+                engaged = true;
+                broker_at_engage = broker_order_count(&s);
+            }
+            9 if engaged => {
+                drained(&s).await;
+                assert_eq!(
+                    broker_order_count(&s),
+                    broker_at_engage,
+                    "seed {seed} step {step}: an order reached the broker while engaged"
+                );
+                s.cli(&["kill-switch", "release"]);
+                engaged = false;
+            }
+            _ => {}
+        }
+        for (symbol, q) in positions_of(&t).await {
+            if symbol == "CLH27" {
+                assert!(q.abs() <= max, "seed {seed} step {step}: position {q}");
+            }
+        }
+    }
+    drained(&s).await;
+    if engaged {
+        assert_eq!(broker_order_count(&s), broker_at_engage, "seed {seed}");
+    }
+    // Whatever still rests, filling it all at once stays within the limit.
+    s.cli(&["prices", "CLH27", "1.00"]);
+    s.cli(&["prices", "CLH27", "500.00"]);
+    drained(&s).await;
+    for (symbol, q) in positions_of(&t).await {
+        if symbol == "CLH27" {
+            assert!(q.abs() <= max, "seed {seed}: final position {q}");
+        }
+    }
+}
