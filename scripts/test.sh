@@ -16,6 +16,9 @@ scripts/infra-lint.sh
 echo "== fmt"
 cargo fmt --all -- --check
 
+echo "== clippy (every target, warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings
+
 echo "== build the test binary (failpoints compiled in)"
 cargo build -p airlock-local --features failpoints
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"

@@ -17,6 +17,7 @@ pub mod failpoint;
 pub mod handlers;
 pub mod http;
 pub mod pagination;
+pub mod parse;
 pub mod policy;
 pub mod ports;
 pub mod protocol;

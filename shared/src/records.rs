@@ -131,6 +131,10 @@ pub enum KeyState {
     },
 }
 
+/// Receives of a queue message before it moves to its dead-letter queue (the queues'
+/// redrive policy; the last one settles the action as failed).
+pub const MAX_RECEIVES: u32 = 5;
+
 /// The scope of idempotency keys: one service principal acting for one operator. Two
 /// operators of one service never share a key, so neither can learn whether the other used
 /// one, nor take a predictable key first. The length prefix makes the pair unambiguous.
@@ -407,7 +411,11 @@ mod tests {
                         // estimate < limit  <=>  prev * (W - into) + cur * W < limit * W
                         let admits = (prev as i128) * (w - into as i128) + (cur as i128) * w
                             < (limit as i128) * w;
-                        assert_eq!(cur < cap, admits, "limit {limit} prev {prev} into {into} cur {cur}");
+                        assert_eq!(
+                            cur < cap,
+                            admits,
+                            "limit {limit} prev {prev} into {into} cur {cur}"
+                        );
                     }
                 }
             }

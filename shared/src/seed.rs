@@ -7,8 +7,8 @@
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::cl::ClContract;
 use crate::domain::{
-    Account, AccountStatus, Exposure, Job, JobKind, JobStatus, Millis, Order, OrderStatus, OrderType,
-    Position, Price, Side, TimeInForce,
+    Account, AccountStatus, Exposure, Job, JobKind, JobStatus, Millis, Order, OrderStatus,
+    OrderType, Position, Price, Side, TimeInForce,
 };
 use crate::error::StoreResult;
 use crate::ports::ReadModelWriter;

@@ -381,11 +381,11 @@ async fn the_jwks_is_fetched_over_verified_https() {
     );
 }
 
-/// Issue 12, item 10: a provider's token issued to a user (same issuer, same audience, even
-/// the trade scopes) must not pass as Mastra's client-credentials token, and a
-/// client-credentials token must not pass as an operator's. The marker that tells them
-/// apart is configuration (`AIRLOCK_SERVICE_TOKEN_MARKER`), `gty=client-credentials` by
-/// default (Auth0, and the dev issuer).
+// Issue 12, item 10: a provider's token issued to a user (same issuer, same audience, even
+// the trade scopes) must not pass as Mastra's client-credentials token, and a
+// client-credentials token must not pass as an operator's. The marker that tells them
+// apart is configuration (`AIRLOCK_SERVICE_TOKEN_MARKER`), `gty=client-credentials` by
+// default (Auth0, and the dev issuer).
 airlock_tests::both!(a_user_token_of_the_same_provider_is_not_the_service_token);
 async fn a_user_token_of_the_same_provider_is_not_the_service_token(b: airlock_tests::Backend) {
     let rsa = Key::rs256("svc-rsa-1");

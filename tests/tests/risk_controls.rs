@@ -81,18 +81,30 @@ async fn open_orders_count_against_the_position_limit(b: Backend) {
     let results = join_all(plans.iter().zip(&keys).map(|(p, k)| t.execute(p, k))).await;
     let accepted = results.iter().filter(|r| r.status == 202).count();
     let refused: Vec<&Resp> = results.iter().filter(|r| r.status != 202).collect();
-    assert_eq!(accepted, 5, "{:?}", results.iter().map(|r| &r.body).collect::<Vec<_>>());
+    assert_eq!(
+        accepted,
+        5,
+        "{:?}",
+        results.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
     assert_eq!(refused.len(), 1);
     assert_eq!(refused[0].status, 422, "{:?}", refused[0].body);
     assert_eq!(refused[0].code(), "policy_violation");
-    assert!(names_check(refused[0], "position_limit"), "{:?}", refused[0].body);
+    assert!(
+        names_check(refused[0], "position_limit"),
+        "{:?}",
+        refused[0].body
+    );
     // A new plan sees the open orders.
     let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
     assert_eq!(p["executable"], false);
     let c = check(&p, "position_limit");
     assert_eq!(c["status"], "fail", "{c}");
     assert!(
-        c["reason"].as_str().unwrap().contains("open orders to buy 50"),
+        c["reason"]
+            .as_str()
+            .unwrap()
+            .contains("open orders to buy 50"),
         "{c}"
     );
     // The other side has its own room.
@@ -277,7 +289,11 @@ async fn idempotency_keys_are_scoped_to_the_operator(b: Backend) {
             }),
         )
         .await;
-    assert_eq!(eb.status, 202, "another operator's key is not shared: {:?}", eb.body);
+    assert_eq!(
+        eb.status, 202,
+        "another operator's key is not shared: {:?}",
+        eb.body
+    );
     assert_ne!(ea["action_id"], eb["action_id"]);
     // Each replays its own.
     let again = alice.execute(&pa, "predictable-key").await;
@@ -336,7 +352,11 @@ async fn the_worker_checks_the_position_limit_before_the_broker(b: Backend) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(r["status"], "failed", "{:?}", r.body);
-    assert!(r.body.to_string().contains("position_limit"), "{:?}", r.body);
+    assert!(
+        r.body.to_string().contains("position_limit"),
+        "{:?}",
+        r.body
+    );
     let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
     assert!(
         book["orders"].get(&order_id).is_none(),
@@ -398,7 +418,13 @@ both!(random_interleavings_keep_the_limit_and_the_kill_switch);
 /// included).
 async fn random_interleavings_keep_the_limit_and_the_kill_switch(b: Backend) {
     let max = 12i64;
-    let s = start(b, &[("AIRLOCK_WORKERS", "on"), ("AIRLOCK_WORKER_RETRY_MS", "100")]);
+    let s = start(
+        b,
+        &[
+            ("AIRLOCK_WORKERS", "on"),
+            ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ],
+    );
     let file = write_policy(
         &s,
         json!({ "version": "prop", "max_position": max, "max_order_size": 6 }),
@@ -428,7 +454,11 @@ async fn random_interleavings_keep_the_limit_and_the_kill_switch(b: Backend) {
                 if rng.below(2) == 0 {
                     // A resting limit a little away from the price, filled by a later move.
                     let off = 1 + rng.below(200) as i64;
-                    let px = if side == "buy" { price - off } else { price + off };
+                    let px = if side == "buy" {
+                        price - off
+                    } else {
+                        price + off
+                    };
                     o["order_type"] = json!("limit");
                     o["limit_price"] = json!(format!("{}.{:02}", px / 100, px % 100));
                 }

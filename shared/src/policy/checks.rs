@@ -682,7 +682,11 @@ mod tests {
         }
     }
 
-    fn inputs<'a>(policy: &'a Policy, o: &'a OrderSubmitCl, reference: Option<&str>) -> OrderInputs<'a> {
+    fn inputs<'a>(
+        policy: &'a Policy,
+        o: &'a OrderSubmitCl,
+        reference: Option<&str>,
+    ) -> OrderInputs<'a> {
         OrderInputs {
             policy,
             calendar: ExchangeCalendar::cme(),
@@ -711,7 +715,12 @@ mod tests {
         ] {
             o.limit_price = Some(Price::new(price.parse().unwrap()));
             let c = price_band(&inputs(&policy, &o, reference));
-            assert_eq!(!c.failed(), pass, "{price} around {reference:?}: {}", c.reason);
+            assert_eq!(
+                !c.failed(),
+                pass,
+                "{price} around {reference:?}: {}",
+                c.reason
+            );
         }
         o.order_type = OrderType::Market;
         o.limit_price = None;

@@ -19,13 +19,13 @@ use crate::app::AppState;
 use crate::auth::{Caller, Permission, TokenFault};
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::cl::ClContract;
+use crate::domain::ExposureDelta;
 use crate::domain::OrderSubmitCl;
 use crate::domain::{
     human_time, new_id, rfc3339, ActionStatus, ActionType, IdempotencyKey, Millis, QueueTarget,
 };
 use crate::error::{ApiError, Code};
 use crate::policy::{self, OrderInputs};
-use crate::domain::ExposureDelta;
 use crate::ports::{CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, Reservation};
 use crate::records::{
     ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
@@ -295,7 +295,15 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 ..
             } => {
                 // The first attempt committed but never finished: resume at the enqueue.
-                resume(st, &rec, &lease_owner, &action_id, ctx.facts.request_id, now).await
+                resume(
+                    st,
+                    &rec,
+                    &lease_owner,
+                    &action_id,
+                    ctx.facts.request_id,
+                    now,
+                )
+                .await
             }
         };
     }

@@ -13,7 +13,7 @@ use crate::domain::{
     Price, Side, TimeInForce,
 };
 use crate::error::{ApiError, Code};
-use crate::http::extract::from_value;
+use crate::parse::from_value;
 use crate::policy::{self, CancelInputs, OrderInputs};
 use crate::protocol::reads::visible_account;
 use crate::records::{AuditRecord, PlanRecord, PlanStatus, RiskCheck};

@@ -19,7 +19,7 @@ use crate::domain::QueueTarget;
 use crate::ports::Delivery;
 
 /// Receives before dead-lettering: the queues' redrive policy.
-pub const MAX_RECEIVES: u32 = crate::adapters::aws::shapes::ORDERS_QUEUE.max_receive_count;
+pub use crate::records::MAX_RECEIVES;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ConsumerOptions {

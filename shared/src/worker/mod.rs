@@ -931,7 +931,8 @@ mod tests {
             None,
             "trace and send time may differ"
         );
-        let forged: [(&str, fn(&mut QueueMessage)); 7] = [
+        type Forge = fn(&mut QueueMessage);
+        let forged: [(&str, Forge); 7] = [
             ("normalized_payload", |m| {
                 m.normalized_payload["quantity"] = json!(7)
             }),

@@ -650,7 +650,7 @@ mod tests {
             avg_price: Some(p("68.40")),
         };
         broker
-            .seed_positions("ACC-1", &[full.clone()])
+            .seed_positions("ACC-1", std::slice::from_ref(&full))
             .await
             .unwrap();
         let buy = new_order("o-buy", Side::Buy, OrderType::Market, None);

@@ -9,9 +9,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update};
 
 use super::ddb::{self, idempotency_pk, n, s, Item};
 use super::reads::{audit_put, control_from_item, plan_from_item, CONTROL_ID};

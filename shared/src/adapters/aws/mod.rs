@@ -211,7 +211,10 @@ where
 /// or because another transaction touched the same items (`TransactionConflict`): the
 /// caller reads again and decides again. A transaction cancelled for anything else
 /// (throttling, validation) is an error, so the message is retried rather than settled.
-pub(super) fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static, R>(
+pub(super) fn is_condition_failure<
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static,
+    R,
+>(
     e: &aws_sdk_dynamodb::error::SdkError<E, R>,
 ) -> bool {
     use aws_sdk_dynamodb::error::SdkError;

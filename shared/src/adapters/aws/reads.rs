@@ -597,7 +597,9 @@ impl ControlStore for Aws {
             .item("body", ddb::body(c)?);
         // Version 0 is "never written" (or written before versions existed).
         let put = if expected_version == 0 {
-            put.condition_expression("attribute_not_exists(id) OR attribute_not_exists(version) OR version = :v")
+            put.condition_expression(
+                "attribute_not_exists(id) OR attribute_not_exists(version) OR version = :v",
+            )
         } else {
             put.condition_expression("version = :v")
         }

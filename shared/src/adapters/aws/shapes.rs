@@ -215,7 +215,7 @@ pub const ORDERS_QUEUE: QueueShape = QueueShape {
     default_name: "airlock-orders.fifo",
     fifo: true,
     dead_letter_name: "airlock-orders-dlq.fifo",
-    max_receive_count: 5,
+    max_receive_count: crate::records::MAX_RECEIVES,
 };
 
 pub const JOBS_QUEUE: QueueShape = QueueShape {
@@ -224,7 +224,7 @@ pub const JOBS_QUEUE: QueueShape = QueueShape {
     default_name: "airlock-jobs",
     fifo: false,
     dead_letter_name: "airlock-jobs-dlq",
-    max_receive_count: 5,
+    max_receive_count: crate::records::MAX_RECEIVES,
 };
 
 pub const QUEUES: &[QueueShape] = &[ORDERS_QUEUE, JOBS_QUEUE];

@@ -619,10 +619,10 @@ mod tests {
             check!(
                 out,
                 r.max_receive_count == s.max_receive_count
-                    && r.max_receive_count == crate::worker::consumer::MAX_RECEIVES,
+                    && r.max_receive_count == crate::records::MAX_RECEIVES,
                 "{id}: maxReceiveCount {} (the workers treat receive {} as the last)",
                 r.max_receive_count,
-                crate::worker::consumer::MAX_RECEIVES
+                crate::records::MAX_RECEIVES
             );
             dead_letters.insert(r.dead_letter.clone());
             match t.queue(&r.dead_letter) {

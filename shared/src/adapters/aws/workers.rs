@@ -40,7 +40,12 @@ fn position_put(
 
 impl Aws {
     /// The exposure's copy of a position moved by `by` (a sync replaced it).
-    fn position_moved(&self, account: &str, symbol: &str, by: i64) -> StoreResult<TransactWriteItem> {
+    fn position_moved(
+        &self,
+        account: &str,
+        symbol: &str,
+        by: i64,
+    ) -> StoreResult<TransactWriteItem> {
         let d = ExposureDelta {
             account_id: account.to_string(),
             symbol: symbol.to_string(),

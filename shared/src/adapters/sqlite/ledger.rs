@@ -6,25 +6,31 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{db_err, json_err, Sqlite};
+use crate::domain::{Exposure, ExposureDelta};
 use crate::error::StoreResult;
 use crate::ports::{
     AuditLog, CommitOutcome, Conflict, ControlStore, ExecuteCommit, ExecuteLedger, ExecuteSnapshot,
     KeyCondition, PlanChange,
 };
-use crate::domain::{Exposure, ExposureDelta};
 use crate::records::{
     AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus, RateState,
 };
 
 /// The account's position (from `positions`) and open orders (from `exposures`).
-pub(super) fn load_exposure(c: &Connection, account_id: &str, symbol: &str) -> StoreResult<Exposure> {
+pub(super) fn load_exposure(
+    c: &Connection,
+    account_id: &str,
+    symbol: &str,
+) -> StoreResult<Exposure> {
     let position: i64 = c
         .prepare_cached("SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?")
         .and_then(|mut st| st.query_row([account_id, symbol], |r| r.get(0)).optional())
         .map_err(db_err)?
         .unwrap_or(0);
     let (open_buy, open_sell): (i64, i64) = c
-        .prepare_cached("SELECT open_buy, open_sell FROM exposures WHERE account_id = ? AND symbol = ?")
+        .prepare_cached(
+            "SELECT open_buy, open_sell FROM exposures WHERE account_id = ? AND symbol = ?",
+        )
         .and_then(|mut st| {
             st.query_row([account_id, symbol], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()

@@ -21,7 +21,7 @@ use crate::error::StoreResult;
 use crate::ports::{Delivery, Queue, QueueDepth};
 
 use crate::records::QueueMessage;
-use crate::worker::consumer::MAX_RECEIVES;
+use crate::records::MAX_RECEIVES;
 
 /// How long an acked message's deduplication id keeps a resend out: SQS FIFO's
 /// deduplication interval, counted from the send.

@@ -201,7 +201,8 @@ impl PositionStore for Sqlite {
 
     async fn get_exposure(&self, account_id: &str, symbol: &str) -> StoreResult<Exposure> {
         let (a, s) = (account_id.to_string(), symbol.to_string());
-        self.read(move |c| super::ledger::load_exposure(c, &a, &s)).await
+        self.read(move |c| super::ledger::load_exposure(c, &a, &s))
+            .await
     }
 
     async fn get_position(&self, account_id: &str, symbol: &str) -> StoreResult<Option<Position>> {
