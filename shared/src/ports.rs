@@ -323,6 +323,15 @@ pub trait ReadModelWriter: Send + Sync {
     async fn put_exposures(&self, rows: &[(String, String, Exposure)]) -> StoreResult<()>;
 }
 
+/// A sync's replacement of an account's positions: written only if the stored positions
+/// are still exactly `before` (a fill recorded in between makes the write fail).
+#[derive(Debug, Clone, Copy)]
+pub struct PositionsReplacement<'a> {
+    pub account_id: &'a str,
+    pub before: &'a [Position],
+    pub after: &'a [Position],
+}
+
 /// A position's new state, written only if the stored quantity is still `expected`
 /// (`None`: no row yet).
 #[derive(Debug, Clone, PartialEq)]
@@ -356,7 +365,7 @@ pub trait WorkerStore: Send + Sync {
         &self,
         job: &Job,
         result: &serde_json::Value,
-        positions: Option<(&str, &[Position])>,
+        positions: Option<&PositionsReplacement<'_>>,
     ) -> StoreResult<bool>;
     /// Moves an action's status if it is one of `from`.
     async fn set_action_status(

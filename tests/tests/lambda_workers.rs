@@ -42,9 +42,11 @@ async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records
 
     let emu = LambdaEmulator::start();
     let dir_s = dir.to_str().unwrap();
+    // The worker re-checks market hours before the broker: the same instant as the plan.
     let env = [
         ("AIRLOCK_BACKEND", "embedded"),
         ("AIRLOCK_STATE_DIR", dir_s),
+        ("AIRLOCK_NOW", MARKET_OPEN),
     ];
     let mut f = emu.spawn_function(&function_binary("worker-orders"), &env);
     f.wait_ready(TIMEOUT).expect("worker-orders starts");

@@ -129,6 +129,19 @@ pub fn recheck_order_without_position(i: &OrderInputs) -> Vec<RiskCheck> {
     ]
 }
 
+/// The checks the worker re-runs just before an order first goes to the broker, besides
+/// the kill switch and the position gate: anything that can change while an order waits
+/// in the queue (the policy's lists, the clock). The account's status is read apart.
+pub fn recheck_at_worker(i: &OrderInputs) -> Vec<RiskCheck> {
+    vec![
+        account_listed(i.policy, i.account_id),
+        symbol_allowed(i),
+        contract_not_expired(i),
+        market_open(i),
+        max_order_size(i),
+    ]
+}
+
 /// How far the worst case on the order's side may go after the order: `max_position`
 /// each way, or zero in the close-only window (only orders that reduce the position
 /// without flipping it, even if every open order on that side fills).

@@ -6,7 +6,7 @@
 mod checks;
 
 pub use checks::{
-    check_order_cancel, check_order_submit, check_positions_sync, position_gate,
+    check_order_cancel, check_order_submit, check_positions_sync, position_gate, recheck_at_worker,
     recheck_order_at_execute, recheck_order_without_position, reservation_bound, CancelInputs,
     OrderInputs,
 };

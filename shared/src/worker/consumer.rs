@@ -142,6 +142,7 @@ async fn consume(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
                     // A message of the group failed: its later ones wait for it (unhandled,
                     // visible again at once; the failed one comes first when it is due).
                     for d in rest {
+                        super::skipped(st, &d.body, d.receive_count).await;
                         if let Err(e) = st.ports.queue.release(queue, &d.receipt, 0).await {
                             tracing::error!(error = %e, "could not release a message");
                         }

@@ -31,7 +31,13 @@ pub async fn handle_batch(st: &AppState, event: SqsEvent) -> SqsBatchResponse {
             .unwrap_or(1);
         let span = tracing::info_span!("record", message_id = %id, receive_count = receives);
         let failed = match &group {
-            Some(g) if failed_groups.contains(g) => true,
+            Some(g) if failed_groups.contains(g) => {
+                let body = record.body.as_deref().unwrap_or("");
+                let _ = AssertUnwindSafe(super::skipped(st, body, receives).instrument(span))
+                    .catch_unwind()
+                    .await;
+                true
+            }
             _ => {
                 let body = record.body.as_deref().unwrap_or("");
                 let handled = super::handle(st, body, receives >= MAX_RECEIVES);

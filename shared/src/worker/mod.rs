@@ -26,7 +26,7 @@ use crate::domain::{
     ActionStatus, ActionType, Job, JobKind, JobStatus, Millis, Order, OrderStatus, Position,
 };
 use crate::error::ApiError;
-use crate::ports::{Page, PositionChange};
+use crate::ports::{Page, PositionChange, PositionsReplacement};
 use crate::protocol::plan::NormalizedOrder;
 use crate::records::{ActionRecord, QueueMessage, QUEUE_MESSAGE_SCHEMA};
 use broker::{BrokerOrder, BrokerStatus};
@@ -217,6 +217,16 @@ async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
 
 /// The last attempt failed: settle the stored action (never one a mismatching message
 /// names) and its order or job, saying what is known.
+/// A message left unhandled because an earlier one of its group failed. On its last
+/// receive it goes to the dead-letter queue with that one, never having run: settle its
+/// action as failed (which releases an order's reservation) like a last attempt.
+pub async fn skipped(st: &AppState, body: &str, receive_count: u32) {
+    if receive_count >= crate::records::MAX_RECEIVES {
+        let e = ApiError::unavailable("an earlier message of its group kept failing");
+        give_up(st, body, &e).await;
+    }
+}
+
 async fn give_up(st: &AppState, body: &str, e: &ApiError) {
     let Ok(received) = serde_json::from_str::<QueueMessage>(body) else {
         return; // Malformed: it names nothing we can trust.
@@ -322,6 +332,15 @@ async fn give_up_order(
                 match st.ports.broker.order(&order.account_id, order_id).await? {
                     Some(ack) => {
                         record(st, &order, &ack, now).await?;
+                    }
+                    // Claimed moments ago: an earlier attempt may still be sending it. Keep
+                    // its reservation and never say "resubmit".
+                    None if !claim_abandoned(st, &order, now) => {
+                        return failed(format!(
+                            "processing failed after repeated attempts: {cause}; order \
+                             {order_id} was claimed for the broker moments ago and may still \
+                             reach it: do not resubmit; check its status or run positions.sync"
+                        ));
                     }
                     None => {
                         if reject_unsent(st, &order, now).await? {
@@ -431,12 +450,36 @@ async fn pre_broker_gate(st: &AppState, order: &Order) -> Result<Option<String>,
         exposure,
         reference: None,
     };
+    let account = st.ports.accounts.get_account(&order.account_id).await?;
+    if let Some(a) = account.filter(|a| a.status != crate::domain::AccountStatus::Active) {
+        return Ok(Some(format!(
+            "policy_violation: account_allowed: account {} is {}; order {} was not sent to the broker",
+            a.account_id, a.status, order.order_id
+        )));
+    }
+    if let Some(c) = crate::policy::recheck_at_worker(&inputs)
+        .into_iter()
+        .find(crate::records::RiskCheck::failed)
+    {
+        return Ok(Some(format!(
+            "policy_violation: {}: {}; order {} was not sent to the broker",
+            c.name, c.reason, order.order_id
+        )));
+    }
     Ok(crate::policy::position_gate(&inputs).err().map(|why| {
         format!(
             "policy_violation: position_limit: {why}; order {} was not sent to the broker",
             order.order_id
         )
     }))
+}
+
+/// Whether a `submitted` order's claim is old enough that no delivery can still be
+/// between the claim and the broker call: longer than a message stays hidden while it is
+/// handled. A younger claim the broker does not know yet may still reach it, so it is not
+/// refused (that would release its reservation while the order goes live).
+fn claim_abandoned(st: &AppState, order: &Order, now: Millis) -> bool {
+    now - order.updated_at > st.config.worker_visibility_ms as i64
 }
 
 /// Moves an order the broker never saw to `rejected` (releasing what it reserved).
@@ -580,6 +623,14 @@ async fn record(
                 },
             })
         }
+        // A fill must move the position and the exposure together: without a price the
+        // position cannot be written, so the step is not recorded (retried, then settled).
+        (q, None) if q > 0 => {
+            return Err(ApiError::unavailable(format!(
+                "the broker reported a fill of {q} on order {} without a price",
+                order.order_id
+            )))
+        }
         _ => None,
     };
     if next == *order && change.is_none() {
@@ -604,6 +655,8 @@ async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
     let fresh = new_order(msg, st.clock.now_ms())?;
     let order_id = fresh.order_id.clone();
     let mut order = st.ports.workers.create_order(&fresh).await?;
+    // Whether this delivery made the claim: then nobody else can be sending the order.
+    let mut claimed_here = false;
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
         match order.status {
@@ -619,7 +672,7 @@ async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
                         updated_at: now.max(order.updated_at),
                         ..order.clone()
                     };
-                    st.ports.workers.advance_order(&order, &next, None).await?;
+                    claimed_here = st.ports.workers.advance_order(&order, &next, None).await?;
                 }
             }
             OrderStatus::Submitted => match kill_switch(st, &order_id).await? {
@@ -627,6 +680,13 @@ async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
                 Some(why) => match st.ports.broker.order(&order.account_id, &order_id).await? {
                     Some(ack) => {
                         record(st, &order, &ack, now).await?;
+                    }
+                    // Claimed moments ago: an earlier delivery may still be sending it.
+                    None if !claimed_here && !claim_abandoned(st, &order, now) => {
+                        return Err(ApiError::unavailable(format!(
+                            "order {order_id} was claimed for the broker moments ago; \
+                             re-checking before it is refused"
+                        )));
                     }
                     None => {
                         if reject_unsent(st, &order, now).await? {
@@ -778,7 +838,11 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         ],
     )
     .await?;
-    let broker = st.ports.broker.positions(&account).await?;
+    // Our positions, then the broker's, then the open orders once more: a fill the broker
+    // made after the first pass is in its positions, so it must be in ours before we
+    // replace them (else it would be counted twice). The replacement is conditional on
+    // `before`, so a fill recorded meanwhile by an order worker makes it fail and retry
+    // (else the fill would be lost).
     let page = Page {
         after: None,
         limit: 10_000,
@@ -788,6 +852,22 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         .positions
         .list_positions(&DeskScope::All, Some(&account), &page)
         .await?;
+    let broker = st.ports.broker.positions(&account).await?;
+    let late = reconcile_orders(
+        st,
+        Some(&account),
+        &[
+            OrderStatus::Submitted,
+            OrderStatus::Working,
+            OrderStatus::PartiallyFilled,
+        ],
+    )
+    .await?;
+    if late > 0 {
+        return Err(ApiError::unavailable(format!(
+            "job {job_id}: orders filled during the sync; retrying"
+        )));
+    }
     let mut changed = Vec::new();
     let mut symbols: Vec<&str> = broker
         .iter()
@@ -832,7 +912,15 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     if st
         .ports
         .workers
-        .finish_job(&done, &result, Some((&account, &rows)))
+        .finish_job(
+            &done,
+            &result,
+            Some(&PositionsReplacement {
+                account_id: &account,
+                before: &before,
+                after: &rows,
+            }),
+        )
         .await?
     {
         return Ok(Outcome::Succeeded);

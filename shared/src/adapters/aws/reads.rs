@@ -717,6 +717,7 @@ impl ReadModelWriter for Aws {
                     s(self.desk_of(&o.account_id, &mut desks).await?),
                 ),
                 ("status".to_string(), s(o.status.as_str())),
+                ("filled_quantity".to_string(), n(o.filled_quantity as i64)),
                 (
                     "created_key".to_string(),
                     s(time_key(o.created_at, &o.order_id)),

@@ -10,7 +10,7 @@ use super::ddb::{self, from_body, n, s, time_key, Item};
 use super::{is_condition_failure, unavailable, Aws};
 use crate::domain::{Account, ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PaperBookStore, PaperDoc, PositionChange, WorkerStore};
+use crate::ports::{PaperBookStore, PaperDoc, PositionChange, PositionsReplacement, WorkerStore};
 
 fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
     r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
@@ -128,6 +128,7 @@ impl WorkerStore for Aws {
             ("account_id".to_string(), s(o.account_id.clone())),
             ("desk".to_string(), s(self.desk_for(&o.account_id).await?)),
             ("status".to_string(), s(o.status.as_str())),
+            ("filled_quantity".to_string(), n(o.filled_quantity as i64)),
             (
                 "created_key".to_string(),
                 s(time_key(o.created_at, &o.order_id)),
@@ -149,11 +150,19 @@ impl WorkerStore for Aws {
         let up = Update::builder()
             .table_name(&self.names.orders)
             .key("order_id", s(o.order_id.clone()))
-            .update_expression("SET #st = :to, body = :body")
-            .condition_expression("#st = :from")
+            // The step applies only to the state it was computed from: the status and the
+            // fills (two steps from one partially filled state must not both apply).
+            .update_expression("SET #st = :to, filled_quantity = :nf, body = :body")
+            .condition_expression(if prev.filled_quantity == 0 {
+                "#st = :from AND (attribute_not_exists(filled_quantity) OR filled_quantity = :pf)"
+            } else {
+                "#st = :from AND filled_quantity = :pf"
+            })
             .expression_attribute_names("#st", "status")
             .expression_attribute_values(":to", s(o.status.as_str()))
             .expression_attribute_values(":from", s(from.as_str()))
+            .expression_attribute_values(":nf", n(o.filled_quantity as i64))
+            .expression_attribute_values(":pf", n(prev.filled_quantity as i64))
             .expression_attribute_values(":body", ddb::body(o)?);
         let mut items = vec![TransactWriteItem::builder()
             .update(built(up.build())?)
@@ -196,7 +205,7 @@ impl WorkerStore for Aws {
         &self,
         j: &Job,
         _result: &serde_json::Value,
-        positions: Option<(&str, &[Position])>,
+        positions: Option<&PositionsReplacement<'_>>,
     ) -> StoreResult<bool> {
         let up = Update::builder()
             .table_name(&self.names.jobs)
@@ -210,18 +219,10 @@ impl WorkerStore for Aws {
         let mut items = vec![TransactWriteItem::builder()
             .update(built(up.build())?)
             .build()];
-        if let Some((account, rows)) = positions {
-            let page = crate::ports::Page {
-                after: None,
-                limit: 10_000,
-            };
-            let existing = crate::ports::PositionStore::list_positions(
-                self,
-                &crate::auth::DeskScope::All,
-                Some(account),
-                &page,
-            )
-            .await?;
+        if let Some(r) = positions {
+            // Conditional on the positions the sync read (`before`): a fill recorded in
+            // between changes a quantity and the whole write fails.
+            let (account, existing, rows) = (r.account_id, r.before, r.after);
             // Each position is replaced at the quantity read (a fill in between makes the
             // write fail and the sync read again), and its exposure moves by the difference.
             let held = |symbol: &str| existing.iter().find(|p| p.symbol == symbol);

@@ -8,7 +8,7 @@ use super::reads::{job_row, order_row, query, ORDER_COLUMNS};
 use super::{db_err, json_err, Sqlite};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PaperBookStore, PaperDoc, PositionChange, WorkerStore};
+use crate::ports::{PaperBookStore, PaperDoc, PositionChange, PositionsReplacement, WorkerStore};
 use crate::records::ActionRecord;
 
 /// Writes an order's row: replacing one with the same id, or (`replace` false) only if absent.
@@ -97,17 +97,20 @@ impl WorkerStore for Sqlite {
         position: Option<&PositionChange>,
     ) -> StoreResult<bool> {
         let (from, exposure) = (prev.status, ExposureDelta::of_order_step(prev, order));
+        let prev_filled = prev.filled_quantity;
         let (order, position) = (order.clone(), position.cloned());
         self.write(move |tx| {
-            let status: Option<String> = tx
+            // The step applies only to the state it was computed from: the status and the
+            // fills (two steps from one partially filled state must not both apply).
+            let stored: Option<(String, u32)> = tx
                 .query_row(
-                    "SELECT status FROM orders WHERE order_id = ?",
+                    "SELECT status, filled_quantity FROM orders WHERE order_id = ?",
                     [&order.order_id],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()
                 .map_err(db_err)?;
-            if status.as_deref() != Some(from.as_str()) {
+            if stored != Some((from.as_str().to_string(), prev_filled)) {
                 return Ok(false);
             }
             if let Some(change) = &position {
@@ -158,11 +161,39 @@ impl WorkerStore for Sqlite {
         &self,
         job: &Job,
         result: &serde_json::Value,
-        positions: Option<(&str, &[Position])>,
+        positions: Option<&PositionsReplacement<'_>>,
     ) -> StoreResult<bool> {
         let (job, result) = (job.clone(), result.to_string());
-        let positions = positions.map(|(a, rows)| (a.to_string(), rows.to_vec()));
+        let positions = positions.map(|r| {
+            let quantities = |rows: &[Position]| {
+                let mut q: Vec<(String, i64)> = rows
+                    .iter()
+                    .map(|p| (p.symbol.clone(), p.quantity))
+                    .collect();
+                q.sort();
+                q
+            };
+            (
+                r.account_id.to_string(),
+                quantities(r.before),
+                r.after.to_vec(),
+            )
+        });
         self.write(move |tx| {
+            if let Some((account, before, _)) = &positions {
+                let mut held: Vec<(String, i64)> = tx
+                    .prepare_cached("SELECT symbol, quantity FROM positions WHERE account_id = ?")
+                    .and_then(|mut st| {
+                        st.query_map([account], |r| Ok((r.get(0)?, r.get(1)?)))?
+                            .collect::<rusqlite::Result<Vec<_>>>()
+                    })
+                    .map_err(db_err)?;
+                held.sort();
+                if held != *before {
+                    // A fill was recorded since the sync read: write nothing; it reads again.
+                    return Ok(false);
+                }
+            }
             let n = tx
                 .execute(
                     "UPDATE jobs SET status = ?, error = ?, result = ?, updated_at = ? \
@@ -179,7 +210,7 @@ impl WorkerStore for Sqlite {
             if n == 0 {
                 return Ok(false);
             }
-            if let Some((account, rows)) = positions {
+            if let Some((account, _, rows)) = positions {
                 tx.execute("DELETE FROM positions WHERE account_id = ?", [&account])
                     .map_err(db_err)?;
                 for p in rows {
