@@ -828,16 +828,7 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     // order worker has not recorded yet (it died after the broker answered) is recorded
     // now, once: the broker's positions below already include it, and the order's status
     // then tells the order worker's redelivery there is nothing left to add.
-    reconcile_orders(
-        st,
-        Some(&account),
-        &[
-            OrderStatus::Submitted,
-            OrderStatus::Working,
-            OrderStatus::PartiallyFilled,
-        ],
-    )
-    .await?;
+    reconcile_orders(st, Some(&account), AT_THE_BROKER).await?;
     // Our positions, then the broker's, then the open orders once more: a fill the broker
     // made after the first pass is in its positions, so it must be in ours before we
     // replace them (else it would be counted twice). The replacement is conditional on
@@ -853,16 +844,7 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         .list_positions(&DeskScope::All, Some(&account), &page)
         .await?;
     let broker = st.ports.broker.positions(&account).await?;
-    let late = reconcile_orders(
-        st,
-        Some(&account),
-        &[
-            OrderStatus::Submitted,
-            OrderStatus::Working,
-            OrderStatus::PartiallyFilled,
-        ],
-    )
-    .await?;
+    let late = reconcile_orders(st, Some(&account), AT_THE_BROKER).await?;
     if late > 0 {
         return Err(ApiError::unavailable(format!(
             "job {job_id}: orders filled during the sync; retrying"
@@ -934,6 +916,13 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         ))),
     }
 }
+
+/// Orders the broker may have filled since we last recorded them.
+const AT_THE_BROKER: &[OrderStatus] = &[
+    OrderStatus::Submitted,
+    OrderStatus::Working,
+    OrderStatus::PartiallyFilled,
+];
 
 /// Asks the broker about one order and records what moved. `true` if it recorded a change.
 async fn reconcile_order(st: &AppState, order: &Order) -> Result<bool, ApiError> {
