@@ -208,24 +208,19 @@ pub trait ExecuteLedger: Send + Sync {
         now: Millis,
     ) -> StoreResult<ExecuteSnapshot>;
     async fn commit(&self, c: &ExecuteCommit, now: Millis) -> StoreResult<CommitOutcome>;
-    /// After the enqueue: the key becomes decided and the action sent, only if `lease_owner`
-    /// still holds the key (a late first attempt cannot overwrite a new owner's record).
+    /// After the enqueue: writes the `decided` key record (built by the protocol) and marks
+    /// the action sent, only if `lease_owner` still holds the key (a late first attempt
+    /// cannot overwrite a new owner's record). `false`: it does not; nothing was written.
     async fn mark_sent(
         &self,
-        key: &KeyRecord,
+        decided: &KeyRecord,
         lease_owner: &str,
-        action: &ActionRecord,
+        action_id: &str,
         now: Millis,
     ) -> StoreResult<bool>;
-    /// Moves the lease of a claimed key to a new owner, only if `old_owner` still holds it.
-    async fn take_over(
-        &self,
-        principal: &str,
-        key: &str,
-        old_owner: &str,
-        new_owner: &str,
-        lease_until: Millis,
-    ) -> StoreResult<bool>;
+    /// Writes `claim` (the same key with a new lease, built by the protocol), only if
+    /// `old_owner` still holds the key. `false`: it does not; nothing was written.
+    async fn take_over(&self, claim: &KeyRecord, old_owner: &str) -> StoreResult<bool>;
 }
 
 #[async_trait]
@@ -251,7 +246,9 @@ pub trait Queue: Send + Sync {
     /// Messages per queue: waiting, and received but not yet deleted.
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>>;
     /// Up to `max` messages, hidden from other consumers for `visibility_ms`. On the FIFO
-    /// orders queue, at most one message per group (account) is in flight, in order.
+    /// orders queue, a group's (account's) messages arrive in order, and none of a group
+    /// arrives while an earlier one of it is in flight; one batch may hold several of one
+    /// group (SQS does; the embedded queue gives one), which the consumer handles in order.
     async fn receive(
         &self,
         queue: crate::domain::QueueTarget,

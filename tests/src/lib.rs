@@ -518,6 +518,43 @@ impl Api {
         .await
     }
 
+    /// Polls the action until it is no longer queued or processing (90 s at most).
+    pub async fn settled(&self, action_id: &str) -> Resp {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            let r = self.get(&format!("/actions/{action_id}")).await;
+            if r["status"] != "queued" && r["status"] != "processing" {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("action {action_id} never settled");
+    }
+
+    /// The order as `GET /orders` shows it (Null if it is not among the newest 200).
+    pub async fn order(&self, order_id: &str) -> Value {
+        let r = self.get("/orders?limit=200").await;
+        r.body["orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["order_id"] == order_id)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// The account's position in `symbol` as `GET /positions` shows it (0 if none).
+    pub async fn position(&self, account: &str, symbol: &str) -> i64 {
+        let r = self.get(&format!("/positions?account_id={account}")).await;
+        r.body["positions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["symbol"] == symbol)
+            .map(|p| p["quantity"].as_i64().unwrap())
+            .unwrap_or(0)
+    }
+
     /// Plans a market buy of `qty` `symbol` on ACC-1 for the energy trader.
     pub async fn plan_buy(&self, symbol: &str, qty: u32) -> Resp {
         self.post(

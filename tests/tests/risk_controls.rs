@@ -342,15 +342,7 @@ async fn the_worker_checks_the_position_limit_before_the_broker(b: Backend) {
         .crash()
         .start(&[("AIRLOCK_NOW", MARKET_OPEN), ("AIRLOCK_WORKERS", "on")]);
     let t = s.trader();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let r = loop {
-        let r = t.get(&format!("/actions/{action_id}")).await;
-        if r["status"] != "queued" && r["status"] != "processing" {
-            break r;
-        }
-        assert!(std::time::Instant::now() < deadline, "never settled");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let r = t.settled(&action_id).await;
     assert_eq!(r["status"], "failed", "{:?}", r.body);
     assert!(
         r.body.to_string().contains("position_limit"),

@@ -34,41 +34,6 @@ fn restart_with_workers(stack: Stack, now: &str, extra: &[(&str, &str)]) -> Serv
     stack.start(&env)
 }
 
-/// Polls the action until it is no longer queued or processing.
-async fn settled(t: &Api, action_id: &str) -> Resp {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while Instant::now() < deadline {
-        let r = t.get(&format!("/actions/{action_id}")).await;
-        if r["status"] != "queued" && r["status"] != "processing" {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("action {action_id} never settled");
-}
-
-async fn order(t: &Api, order_id: &str) -> Value {
-    let r = t.get("/orders?limit=200").await;
-    r.body["orders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["order_id"] == order_id)
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
-async fn position(t: &Api, account: &str, symbol: &str) -> i64 {
-    let r = t.get(&format!("/positions?account_id={account}")).await;
-    r.body["positions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["symbol"] == symbol)
-        .map(|p| p["quantity"].as_i64().unwrap())
-        .unwrap_or(0)
-}
-
 /// The broker's own orders of an account, by client order id.
 fn broker_orders(s: &Server, account: &str) -> serde_json::Map<String, Value> {
     let book: Value = serde_json::from_str(&s.cli(&["broker-book", account])).unwrap();
@@ -148,13 +113,13 @@ async fn an_order_whose_fill_overflows_does_not_stop_the_workers(b: Backend) {
         "call-ovf-2",
     )
     .await;
-    let a = settled(&t, &id(&later, "action_id")).await;
+    let a = t.settled(&id(&later, "action_id")).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
-    assert_eq!(order(&t, &id(&later, "order_id")).await["status"], "filled");
+    assert_eq!(t.order(&id(&later, "order_id")).await["status"], "filled");
     // The extreme one settled too (it filled: the average is representable), no panic.
-    let a = settled(&t, &id(&extreme, "action_id")).await;
+    let a = t.settled(&id(&extreme, "action_id")).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 5);
+    assert_eq!(t.position("ACC-1", "CLF27").await, 5);
     assert!(
         log_lines(&s, "the worker panicked handling a message").is_empty(),
         "no panic on the way"
@@ -166,21 +131,21 @@ async fn a_panicking_message_fails_alone_and_the_workers_go_on(b: Backend) {
     let s = workers_on(b, &[("AIRLOCK_FAILPOINTS", "worker.panic")]);
     let t = s.trader();
     let panics = submit(&t, market("ACC-1", "CLF27", "buy", 1), "panic-1", "panic").await;
-    let a = settled(&t, &id(&panics, "action_id")).await;
+    let a = t.settled(&id(&panics, "action_id")).await;
     assert_eq!(a["status"], "failed", "{:?}", a.body);
     let error = a["error"].as_str().unwrap();
     assert!(error.contains("panicked"), "{error}");
     assert!(!error.contains("resubmit"), "{error}");
     // Its order never reached the broker: rejected, nothing left open.
     assert_eq!(
-        order(&t, &id(&panics, "order_id")).await["status"],
+        t.order(&id(&panics, "order_id")).await["status"],
         "rejected"
     );
     assert!(broker_orders(&s, "ACC-1").is_empty());
     // Every later order, on any account, still fills.
     for (acc, key) in [("ACC-2", "after-panic-2"), ("ACC-1", "after-panic-1")] {
         let e = submit(&t, market(acc, "CLF27", "buy", 1), key, key).await;
-        let a = settled(&t, &id(&e, "action_id")).await;
+        let a = t.settled(&id(&e, "action_id")).await;
         assert_eq!(a["status"], "succeeded", "{:?}", a.body);
     }
     assert!(
@@ -199,7 +164,7 @@ async fn queued_orders_meet_the_kill_switch_at_the_worker(b: Backend) {
     let t = s.trader();
     let rest = submit(&t, resting_limit(), "ks-rest", "call-ks-rest").await;
     assert_eq!(
-        settled(&t, &id(&rest, "action_id")).await["status"],
+        t.settled(&id(&rest, "action_id")).await["status"],
         "succeeded"
     );
     // Workers off: an order, a cancel of the resting one and a sync are queued, then the
@@ -228,19 +193,19 @@ async fn queued_orders_meet_the_kill_switch_at_the_worker(b: Backend) {
     // Workers on: the order is refused before the broker; the cancel and the sync run.
     let s = restart_with_workers(s.crash(), MARKET_OPEN, &[]);
     let t = s.trader();
-    let a = settled(&t, &id(&queued, "action_id")).await;
+    let a = t.settled(&id(&queued, "action_id")).await;
     assert_eq!(a["status"], "failed", "{:?}", a.body);
     let error = a["error"].as_str().unwrap();
     assert!(error.starts_with("kill_switch_engaged: "), "{error}");
     assert!(error.contains("desk drill"), "{error}");
     assert_eq!(
-        order(&t, &id(&queued, "order_id")).await["status"],
+        t.order(&id(&queued, "order_id")).await["status"],
         "rejected"
     );
-    let c = settled(&t, &id(&cancel, "action_id")).await;
+    let c = t.settled(&id(&cancel, "action_id")).await;
     assert_eq!(c["status"], "succeeded", "{:?}", c.body);
-    assert_eq!(order(&t, &rest_order).await["status"], "cancelled");
-    let y = settled(&t, &id(&sync, "action_id")).await;
+    assert_eq!(t.order(&rest_order).await["status"], "cancelled");
+    let y = t.settled(&id(&sync, "action_id")).await;
     assert_eq!(y["status"], "succeeded", "{:?}", y.body);
     let at_broker = broker_orders(&s, "ACC-1");
     assert_eq!(
@@ -248,7 +213,7 @@ async fn queued_orders_meet_the_kill_switch_at_the_worker(b: Backend) {
         [&rest_order],
         "only the resting order ever reached the broker"
     );
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 3);
+    assert_eq!(t.position("ACC-1", "CLF27").await, 3);
 }
 
 both!(the_sweeper_does_not_send_an_order_while_the_kill_switch_is_engaged);
@@ -314,7 +279,7 @@ async fn the_sweeper_does_not_send_an_order_while_the_kill_switch_is_engaged(b: 
         "{:?}",
         a.body
     );
-    assert_eq!(order(&t, &id(&r, "order_id")).await["status"], "rejected");
+    assert_eq!(t.order(&id(&r, "order_id")).await["status"], "rejected");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         later.queued_messages(),
@@ -479,7 +444,7 @@ async fn a_forged_queue_message_is_refused_and_the_stored_order_runs(b: Backend)
         a.body
     );
     assert_eq!(
-        order(&t, &order_id).await,
+        t.order(&order_id).await,
         Value::Null,
         "no order was recorded"
     );
@@ -506,16 +471,16 @@ async fn a_forged_queue_message_is_refused_and_the_stored_order_runs(b: Backend)
     // The stored message, sent by a retry of the key, is what runs.
     let r = t.execute(&p, "forge-1").await;
     assert_eq!(r.status, 202, "{:?}", r.body);
-    let a = settled(&t, &action_id).await;
+    let a = t.settled(&action_id).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
-    let o = order(&t, &order_id).await;
+    let o = t.order(&order_id).await;
     assert_eq!(
         (o["account_id"].as_str(), o["quantity"].as_u64()),
         (Some("ACC-1"), Some(1))
     );
     assert_eq!(broker_orders(&s, "ACC-1").len(), 1);
     assert!(broker_orders(&s, "ACC-2").is_empty());
-    assert_eq!(position(&t, "ACC-2", "CLF27").await, 10);
+    assert_eq!(t.position("ACC-2", "CLF27").await, 10);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -533,10 +498,10 @@ async fn an_order_the_broker_accepted_is_not_failed_when_only_its_record_failed(
     )
     .await;
     // Every attempt's record fails; the last one asks the broker, which has the order.
-    let a = settled(&t, &id(&e, "action_id")).await;
+    let a = t.settled(&id(&e, "action_id")).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
-    assert_eq!(order(&t, &id(&e, "order_id")).await["status"], "filled");
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 4);
+    assert_eq!(t.order(&id(&e, "order_id")).await["status"], "filled");
+    assert_eq!(t.position("ACC-1", "CLF27").await, 4);
     assert_eq!(broker_orders(&s, "ACC-1").len(), 1);
 }
 
@@ -553,7 +518,7 @@ async fn a_cancel_does_not_wait_behind_a_failing_submission_of_its_account(b: Ba
     let t = s.trader();
     let rest = submit(&t, resting_limit(), "cw-rest", "call-cw-rest").await;
     assert_eq!(
-        settled(&t, &id(&rest, "action_id")).await["status"],
+        t.settled(&id(&rest, "action_id")).await["status"],
         "succeeded"
     );
     let poison = submit(
@@ -572,18 +537,18 @@ async fn a_cancel_does_not_wait_behind_a_failing_submission_of_its_account(b: Ba
         "call-cw-cancel",
     )
     .await;
-    let c = settled(&t, &id(&cancel, "action_id")).await;
+    let c = t.settled(&id(&cancel, "action_id")).await;
     let p = t
         .get(&format!("/actions/{}", id(&poison, "action_id")))
         .await;
     assert_eq!(c["status"], "succeeded", "{:?}", c.body);
-    assert_eq!(order(&t, &rest_order).await["status"], "cancelled");
+    assert_eq!(t.order(&rest_order).await["status"], "cancelled");
     assert!(
         p["status"] == "queued" || p["status"] == "processing",
         "the cancel ran while the submission was still failing: {:?}",
         p.body
     );
     // The submission fails in the end, its order rejected, as before.
-    let p = settled(&t, &id(&poison, "action_id")).await;
+    let p = t.settled(&id(&poison, "action_id")).await;
     assert_eq!(p["status"], "failed", "{:?}", p.body);
 }

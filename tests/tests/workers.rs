@@ -17,41 +17,6 @@ fn workers_on(b: Backend, extra: &[(&str, &str)]) -> Server {
     Server::start_on(b, &env)
 }
 
-/// Polls the action until it is no longer queued or processing.
-async fn settled(t: &Api, action_id: &str) -> Resp {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        let r = t.get(&format!("/actions/{action_id}")).await;
-        if r["status"] != "queued" && r["status"] != "processing" {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("action {action_id} never settled");
-}
-
-async fn order(t: &Api, order_id: &str) -> Value {
-    let r = t.get("/orders?limit=200").await;
-    r.body["orders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["order_id"] == order_id)
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
-async fn position(t: &Api, account: &str, symbol: &str) -> i64 {
-    let r = t.get(&format!("/positions?account_id={account}")).await;
-    r.body["positions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["symbol"] == symbol)
-        .map(|p| p["quantity"].as_i64().unwrap())
-        .unwrap_or(0)
-}
-
 fn broker_orders(s: &Server, account: &str) -> usize {
     let book: Value = serde_json::from_str(&s.cli(&["broker-book", account])).unwrap();
     book["orders"].as_object().map(|o| o.len()).unwrap_or(0)
@@ -79,17 +44,19 @@ both!(a_market_order_fills_and_moves_the_position);
 async fn a_market_order_fills_and_moves_the_position(b: Backend) {
     let s = workers_on(b, &[]);
     let t = s.trader();
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 3);
+    assert_eq!(t.position("ACC-1", "CLF27").await, 3);
     let e = execute_order(&t, market(2), "w-1", "call-1").await;
-    let a = settled(&t, e["action_id"].as_str().unwrap()).await;
+    let a = t.settled(e["action_id"].as_str().unwrap()).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
     assert_eq!(a["resource_refs"], e["resource_refs"]);
-    let o = order(&t, e["resource_refs"]["order_id"].as_str().unwrap()).await;
+    let o = t
+        .order(e["resource_refs"]["order_id"].as_str().unwrap())
+        .await;
     assert_eq!(o["status"], "filled", "{o}");
     assert_eq!(o["filled_quantity"], 2);
     assert_eq!(o["avg_fill_price"], "68.40");
     assert_eq!(o["action_id"], e["action_id"]);
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 5);
+    assert_eq!(t.position("ACC-1", "CLF27").await, 5);
     let p = t.get("/positions?account_id=ACC-1").await;
     let clf = p.body["positions"]
         .as_array()
@@ -114,7 +81,7 @@ async fn the_same_message_three_times_is_one_broker_order(b: Backend) {
     let stack = s.crash();
     let s = stack.start(&[("AIRLOCK_NOW", MARKET_OPEN), ("AIRLOCK_WORKERS", "on")]);
     let t = s.trader();
-    assert_eq!(settled(&t, &action_id).await["status"], "succeeded");
+    assert_eq!(t.settled(&action_id).await["status"], "succeeded");
     for _ in 0..100 {
         if s.queued_messages() == 0 {
             break;
@@ -123,7 +90,7 @@ async fn the_same_message_three_times_is_one_broker_order(b: Backend) {
     }
     assert_eq!(s.queued_messages(), 0, "all three deliveries handled");
     assert_eq!(broker_orders(&s, "ACC-1"), 1, "one order at the broker");
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 4, "filled once");
+    assert_eq!(t.position("ACC-1", "CLF27").await, 4, "filled once");
 }
 
 both!(a_worker_that_dies_after_the_broker_accepted_does_not_order_twice);
@@ -140,16 +107,18 @@ async fn a_worker_that_dies_after_the_broker_accepted_does_not_order_twice(b: Ba
         ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
     ]);
     let t = s.trader();
-    let a = settled(&t, &action_id).await;
+    let a = t.settled(&action_id).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
-    let o = order(&t, e["resource_refs"]["order_id"].as_str().unwrap()).await;
+    let o = t
+        .order(e["resource_refs"]["order_id"].as_str().unwrap())
+        .await;
     assert_eq!(o["status"], "filled");
     assert_eq!(
         broker_orders(&s, "ACC-1"),
         1,
         "the client order id stopped a second order"
     );
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 6);
+    assert_eq!(t.position("ACC-1", "CLF27").await, 6);
 }
 
 both!(a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twice);
@@ -180,18 +149,18 @@ async fn a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twi
         .await;
     let sync = t.execute(&p, "sync-after-crash").await;
     assert_eq!(sync.status, 202, "{:?}", sync.body);
-    let done = settled(&t, sync["action_id"].as_str().unwrap()).await;
+    let done = t.settled(sync["action_id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "succeeded", "{:?}", done.body);
     assert_eq!(
-        order(&t, &order_id).await["status"],
+        t.order(&order_id).await["status"],
         "filled",
         "the sync recorded the fill the dead worker left behind"
     );
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 6);
+    assert_eq!(t.position("ACC-1", "CLF27").await, 6);
     // The order's redelivery finds it filled: nothing more to add.
-    let a = settled(&t, e["action_id"].as_str().unwrap()).await;
+    let a = t.settled(e["action_id"].as_str().unwrap()).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 6, "counted once");
+    assert_eq!(t.position("ACC-1", "CLF27").await, 6, "counted once");
     assert_eq!(broker_orders(&s, "ACC-1"), 1);
 }
 
@@ -201,7 +170,7 @@ async fn a_poison_message_is_dead_lettered_and_its_action_fails(b: Backend) {
     let t = s.trader();
     let poison = execute_order(&t, market(1), "poison-1", "poison").await;
     let fine = execute_order(&t, json!({"account_id": "ACC-2", "symbol": "CLF27", "side": "sell", "quantity": 1, "order_type": "market"}), "fine-1", "call-fine").await;
-    let a = settled(&t, poison["action_id"].as_str().unwrap()).await;
+    let a = t.settled(poison["action_id"].as_str().unwrap()).await;
     assert_eq!(a["status"], "failed");
     assert!(
         a["error"].as_str().unwrap().contains("cannot be handled"),
@@ -209,7 +178,7 @@ async fn a_poison_message_is_dead_lettered_and_its_action_fails(b: Backend) {
         a.body
     );
     assert_eq!(
-        settled(&t, fine["action_id"].as_str().unwrap()).await["status"],
+        t.settled(fine["action_id"].as_str().unwrap()).await["status"],
         "succeeded"
     );
     let mut dead = 0;
@@ -233,22 +202,25 @@ async fn limits_rest_until_the_price_crosses_and_cancels_stop_them(b: Backend) {
     let b2 = execute_order(&t, limit("65.00"), "lim-2", "call-lim-2").await;
     for e in [&a, &b2] {
         assert_eq!(
-            settled(&t, e["action_id"].as_str().unwrap()).await["status"],
+            t.settled(e["action_id"].as_str().unwrap()).await["status"],
             "succeeded"
         );
         assert_eq!(
-            order(&t, e["resource_refs"]["order_id"].as_str().unwrap()).await["status"],
+            t.order(e["resource_refs"]["order_id"].as_str().unwrap())
+                .await["status"],
             "working"
         );
     }
     // The price falls to 65.80: the 66.00 bid fills, the 65.00 one keeps resting.
     s.cli(&["prices", "CLF27", "65.80"]);
-    let oa = order(&t, a["resource_refs"]["order_id"].as_str().unwrap()).await;
+    let oa = t
+        .order(a["resource_refs"]["order_id"].as_str().unwrap())
+        .await;
     assert_eq!(
         (oa["status"].as_str(), oa["avg_fill_price"].as_str()),
         (Some("filled"), Some("65.80"))
     );
-    assert_eq!(position(&t, "ACC-1", "CLF27").await, 4);
+    assert_eq!(t.position("ACC-1", "CLF27").await, 4);
     // Cancel the resting one.
     let ob = b2["resource_refs"]["order_id"].as_str().unwrap();
     let cp = t
@@ -257,17 +229,17 @@ async fn limits_rest_until_the_price_crosses_and_cancels_stop_them(b: Backend) {
     assert_eq!(cp["executable"], true, "{:?}", cp.body);
     let ce = t.execute(&cp, "cancel-lim-2").await;
     assert_eq!(
-        settled(&t, ce["action_id"].as_str().unwrap()).await["status"],
+        t.settled(ce["action_id"].as_str().unwrap()).await["status"],
         "succeeded"
     );
-    assert_eq!(order(&t, ob).await["status"], "cancelled");
+    assert_eq!(t.order(ob).await["status"], "cancelled");
     // A limit far from the reference is rejected by the broker, with its reason: the
     // broker keeps its own band behind a policy band made wider than it.
     let wide = s.state_dir.join("wide-band.json");
     std::fs::write(&wide, r#"{"version": "wide", "price_band_pct": "60"}"#).unwrap();
     s.cli(&["policy", "set", wide.to_str().unwrap()]);
     let far = execute_order(&t, limit("40.00"), "lim-far", "call-far").await;
-    let r = settled(&t, far["action_id"].as_str().unwrap()).await;
+    let r = t.settled(far["action_id"].as_str().unwrap()).await;
     assert_eq!(r["status"], "failed");
     assert!(
         r["error"].as_str().unwrap().contains("band"),
@@ -275,7 +247,8 @@ async fn limits_rest_until_the_price_crosses_and_cancels_stop_them(b: Backend) {
         r.body
     );
     assert_eq!(
-        order(&t, far["resource_refs"]["order_id"].as_str().unwrap()).await["status"],
+        t.order(far["resource_refs"]["order_id"].as_str().unwrap())
+            .await["status"],
         "rejected"
     );
 }
@@ -284,17 +257,17 @@ both!(positions_sync_rebuilds_from_the_broker_and_records_what_changed);
 async fn positions_sync_rebuilds_from_the_broker_and_records_what_changed(b: Backend) {
     let s = workers_on(b, &[]);
     let t = s.trader();
-    assert_eq!(position(&t, "ACC-2", "CLF27").await, 10);
+    assert_eq!(t.position("ACC-2", "CLF27").await, 10);
     let p = t
         .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-2"}, "requested_by": "op-energy-trader"}))
         .await;
     let e = t.execute(&p, "sync-2").await;
     assert_eq!(e.status, 202);
     assert_eq!(
-        settled(&t, e["action_id"].as_str().unwrap()).await["status"],
+        t.settled(e["action_id"].as_str().unwrap()).await["status"],
         "succeeded"
     );
-    assert_eq!(position(&t, "ACC-2", "CLF27").await, 12);
+    assert_eq!(t.position("ACC-2", "CLF27").await, 12);
     let jobs = t.get("/jobs?kind=positions.sync&status=succeeded").await;
     let job = jobs.body["jobs"]
         .as_array()

@@ -289,21 +289,9 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 e.action_id = Some(action_id);
                 Err(ctx.reject(e, None).await)
             }
-            KeyState::Claimed {
-                lease_owner,
-                action_id,
-                ..
-            } => {
+            KeyState::Claimed { action_id, .. } => {
                 // The first attempt committed but never finished: resume at the enqueue.
-                resume(
-                    st,
-                    &rec,
-                    &lease_owner,
-                    &action_id,
-                    ctx.facts.request_id,
-                    now,
-                )
-                .await
+                resume(st, &rec, &action_id, ctx.facts.request_id, now).await
             }
         };
     }
@@ -847,35 +835,70 @@ pub(crate) async fn send_and_finish(
                 "the action was accepted but not yet queued; retry with the same key",
             )
         })?;
+    mark_sent(st, key, lease_owner, action, now).await
+}
+
+/// The key decided as the atomic step decided it (`queued`, this action), and the action
+/// marked sent, only while `lease_owner` holds the key.
+pub(crate) async fn mark_sent(
+    st: &AppState,
+    key: &KeyRecord,
+    lease_owner: &str,
+    action: &ActionRecord,
+    now: Millis,
+) -> Result<bool, ApiError> {
+    let mut decided = key.clone();
+    decided.state = KeyState::Decided {
+        decision: Decision::Queued {
+            action_id: action.action_id.clone(),
+            plan_id: action.plan_id.clone(),
+            queue_target: action.queue_target,
+            resource_refs: action.resource_refs.clone(),
+        },
+    };
     Ok(st
         .ports
         .ledger
-        .mark_sent(key, lease_owner, action, now)
+        .mark_sent(&decided, lease_owner, &action.action_id, now)
         .await?)
+}
+
+/// Moves the lease of a claimed key to `new_owner` until `until`, only if its current
+/// owner still holds it (a retry or the sweeper taking over an interrupted execute).
+/// `false`: someone else holds it now, or it is decided.
+pub(crate) async fn take_lease(
+    st: &AppState,
+    rec: &KeyRecord,
+    new_owner: &str,
+    until: Millis,
+) -> Result<bool, ApiError> {
+    let KeyState::Claimed {
+        lease_owner,
+        action_id,
+        ..
+    } = &rec.state
+    else {
+        return Ok(false);
+    };
+    let mut claim = rec.clone();
+    claim.state = KeyState::Claimed {
+        lease_owner: new_owner.to_string(),
+        lease_until: until,
+        action_id: action_id.clone(),
+    };
+    Ok(st.ports.ledger.take_over(&claim, lease_owner).await?)
 }
 
 /// A key claimed by an attempt that never finished: take its lease and send.
 async fn resume(
     st: &AppState,
     rec: &KeyRecord,
-    old_owner: &str,
     action_id: &str,
     request_id: &str,
     now: Millis,
 ) -> Result<Option<ExecuteOutcome>, ApiError> {
     let new_owner = new_id("lease", now);
-    let taken = st
-        .ports
-        .ledger
-        .take_over(
-            &rec.principal,
-            &rec.key,
-            old_owner,
-            &new_owner,
-            now + st.config.execute_lease_ms,
-        )
-        .await?;
-    if !taken {
+    if !take_lease(st, rec, &new_owner, now + st.config.execute_lease_ms).await? {
         return Ok(None);
     }
     let action = st

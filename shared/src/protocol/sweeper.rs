@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::app::AppState;
 use crate::domain::{new_id, ActionStatus, Millis};
 use crate::error::ApiError;
-use crate::protocol::execute::{resent_audit, send_and_finish};
+use crate::protocol::execute::{mark_sent, resent_audit, send_and_finish, take_lease};
 use crate::records::{ActionRecord, KeyRecord, KeyState};
 
 /// The first page of unsent actions; each further page doubles it.
@@ -124,9 +124,9 @@ async fn sweep_action(
         return Ok(Swept::Skipped);
     };
     let KeyState::Claimed {
-        lease_owner,
         lease_until,
         action_id,
+        ..
     } = &key.state
     else {
         tracing::error!("unsent action whose idempotency record is decided; it cannot be sent");
@@ -140,18 +140,7 @@ async fn sweep_action(
         return Ok(Swept::Skipped);
     }
     let owner = new_id("sweeper", now);
-    if !st
-        .ports
-        .ledger
-        .take_over(
-            &key.principal,
-            &key.key,
-            lease_owner,
-            &owner,
-            now + st.config.execute_lease_ms,
-        )
-        .await?
-    {
+    if !take_lease(st, &key, &owner, now + st.config.execute_lease_ms).await? {
         return Ok(Swept::Skipped);
     }
     if matches!(
@@ -226,7 +215,7 @@ async fn settle(
     action: &ActionRecord,
     now: Millis,
 ) -> Result<(), ApiError> {
-    if !st.ports.ledger.mark_sent(key, owner, action, now).await? {
+    if !mark_sent(st, key, owner, action, now).await? {
         tracing::warn!("lost the key's lease before settling it; a later pass will");
     }
     Ok(())

@@ -20,7 +20,7 @@ use crate::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{ActionRecord, Decision, KeyRecord, KeyState, RateState};
+use crate::records::{ActionRecord, KeyRecord, KeyState, RateState};
 
 fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
     r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
@@ -329,29 +329,22 @@ impl ExecuteLedger for Aws {
 
     async fn mark_sent(
         &self,
-        key: &KeyRecord,
+        decided: &KeyRecord,
         lease_owner: &str,
-        action: &ActionRecord,
+        action_id: &str,
         now: Millis,
     ) -> StoreResult<bool> {
         let n_ = &self.names;
-        let mut decided = key.clone();
-        decided.state = KeyState::Decided {
-            decision: Decision::Queued {
-                action_id: action.action_id.clone(),
-                plan_id: action.plan_id.clone(),
-                queue_target: action.queue_target,
-                resource_refs: action.resource_refs.clone(),
-            },
-        };
         let put = Put::builder()
             .table_name(&n_.idempotency)
-            .set_item(Some(key_item(&decided)?))
-            .condition_expression("lease_owner = :owner")
-            .expression_attribute_values(":owner", s(lease_owner));
+            .set_item(Some(key_item(decided)?))
+            // An expired record counts as absent, as in every other read and condition.
+            .condition_expression("lease_owner = :owner AND expires_at > :now")
+            .expression_attribute_values(":owner", s(lease_owner))
+            .expression_attribute_values(":now", n(now));
         let up = Update::builder()
             .table_name(&n_.actions)
-            .key("action_id", s(action.action_id.clone()))
+            .key("action_id", s(action_id))
             .update_expression("SET enqueued_at = if_not_exists(enqueued_at, :now), updated_at = :now REMOVE unsent")
             .condition_expression("attribute_exists(action_id)")
             .expression_attribute_values(":now", n(now));
@@ -377,54 +370,19 @@ impl ExecuteLedger for Aws {
         }
     }
 
-    async fn take_over(
-        &self,
-        principal: &str,
-        key: &str,
-        old_owner: &str,
-        new_owner: &str,
-        lease_until: Millis,
-    ) -> StoreResult<bool> {
-        let Some(item) = self
-            .get(
-                &self.names.idempotency,
-                &[("pk", s(idempotency_pk(principal, key)))],
-            )
-            .await?
-        else {
-            return Ok(false);
-        };
-        let mut rec: KeyRecord = ddb::from_body(&item)?;
-        match &mut rec.state {
-            KeyState::Claimed {
-                lease_owner,
-                lease_until: until,
-                ..
-            } if lease_owner == old_owner => {
-                *lease_owner = new_owner.to_string();
-                *until = lease_until;
-            }
-            _ => return Ok(false),
-        }
+    async fn take_over(&self, claim: &KeyRecord, old_owner: &str) -> StoreResult<bool> {
         match self
             .ddb
             .put_item()
             .table_name(&self.names.idempotency)
-            .set_item(Some(key_item(&rec)?))
+            .set_item(Some(key_item(claim)?))
             .condition_expression("lease_owner = :old")
             .expression_attribute_values(":old", s(old_owner))
             .send()
             .await
         {
             Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(se))
-                if matches!(
-                    se.err(),
-                    aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(_)
-                ) =>
-            {
-                Ok(false)
-            }
+            Err(e) if super::is_condition_failure(&e) => Ok(false),
             Err(e) => Err(unavailable("PutItem take over", &e)),
         }
     }

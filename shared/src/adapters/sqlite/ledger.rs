@@ -13,7 +13,7 @@ use crate::ports::{
     KeyCondition, PlanChange,
 };
 use crate::records::{
-    AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus, RateState,
+    AuditRecord, Control, KeyRecord, KeyState, PlanRecord, PlanStatus, RateState,
 };
 
 /// The account's position (from `positions`) and open orders (from `exposures`).
@@ -316,21 +316,19 @@ impl ExecuteLedger for Sqlite {
 
     async fn mark_sent(
         &self,
-        key: &KeyRecord,
+        decided: &KeyRecord,
         lease_owner_id: &str,
-        action: &crate::records::ActionRecord,
+        action_id: &str,
         now: i64,
     ) -> StoreResult<bool> {
-        let (key, owner, action_id) = (
-            key.clone(),
+        let (decided, owner, action_id) = (
+            decided.clone(),
             lease_owner_id.to_string(),
-            action.action_id.clone(),
+            action_id.to_string(),
         );
         self.write(move |tx| {
-            let Some(mut k) = load_key(tx, &key.principal, &key.key, now)? else {
-                return Ok(false);
-            };
-            if lease_owner(&k) != Some(owner.as_str()) {
+            let held = load_key(tx, &decided.principal, &decided.key, now)?;
+            if held.as_ref().and_then(lease_owner) != Some(owner.as_str()) {
                 return Ok(false);
             }
             let Some(action_text) = one_body(
@@ -341,17 +339,9 @@ impl ExecuteLedger for Sqlite {
             else {
                 return Ok(false);
             };
+            put_key(tx, &decided)?;
             let mut action: crate::records::ActionRecord =
                 serde_json::from_str(&action_text).map_err(json_err)?;
-            k.state = KeyState::Decided {
-                decision: Decision::Queued {
-                    action_id: action.action_id.clone(),
-                    plan_id: action.plan_id.clone(),
-                    queue_target: action.queue_target,
-                    resource_refs: action.resource_refs.clone(),
-                },
-            };
-            put_key(tx, &k)?;
             if action.enqueued_at.is_none() {
                 action.enqueued_at = Some(now);
                 action.updated_at = action.updated_at.max(now);
@@ -367,36 +357,14 @@ impl ExecuteLedger for Sqlite {
         .await
     }
 
-    async fn take_over(
-        &self,
-        principal: &str,
-        key: &str,
-        old_owner: &str,
-        new_owner: &str,
-        lease_until: i64,
-    ) -> StoreResult<bool> {
-        let (p, k, old, new) = (
-            principal.to_string(),
-            key.to_string(),
-            old_owner.to_string(),
-            new_owner.to_string(),
-        );
+    async fn take_over(&self, claim: &KeyRecord, old_owner: &str) -> StoreResult<bool> {
+        let (claim, old) = (claim.clone(), old_owner.to_string());
         self.write(move |tx| {
-            let Some(mut rec) = load_key(tx, &p, &k, i64::MIN)? else {
+            let held = load_key(tx, &claim.principal, &claim.key, i64::MIN)?;
+            if held.as_ref().and_then(lease_owner) != Some(old.as_str()) {
                 return Ok(false);
-            };
-            match &mut rec.state {
-                KeyState::Claimed {
-                    lease_owner,
-                    lease_until: until,
-                    ..
-                } if *lease_owner == old => {
-                    *lease_owner = new;
-                    *until = lease_until;
-                }
-                _ => return Ok(false),
             }
-            put_key(tx, &rec)?;
+            put_key(tx, &claim)?;
             Ok(true)
         })
         .await
