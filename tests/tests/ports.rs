@@ -1,0 +1,1234 @@
+//! Port conformance: each property is written once against the port traits and run on
+//! both backends (`both!` defines `name::embedded` on SQLite and `name::aws` on DynamoDB
+//! and SQS through the moto emulator), so the two adapters are proven to agree below HTTP.
+//! Every test gets fresh state: a new SQLite state dir, or a new moto server bootstrapped
+//! with `airlock bootstrap` (no demo data).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use airlock::adapters::aws::{clients, shapes, Aws, KmsSigner, Names};
+use airlock::adapters::keys;
+use airlock::adapters::local_signer::LocalSigner;
+use airlock::adapters::sqlite::Sqlite;
+use airlock::app::Ports;
+use airlock::domain::{
+    Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Millis, Order,
+    OrderStatus, OrderType, Position, QueueTarget, Side, TimeInForce,
+};
+use airlock::ports::{
+    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, PositionChange, Reservation,
+    Signer,
+};
+use airlock::records::{
+    ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
+    QueueMessage, RateState, ResourceRefs, Trace, QUEUE_MESSAGE_SCHEMA, RATE_WINDOW_MS,
+};
+use airlock_tests::moto::Moto;
+use airlock_tests::{both, temp_state_dir, Backend};
+
+/// 10 s into a minute bucket (2026-11-18), so rate updates of one test share a bucket.
+const NOW: Millis = 1_795_000_000_000 - 1_795_000_000_000 % RATE_WINDOW_MS + 10_000;
+const PRINCIPAL: &str = "4:svc1/op-1";
+const SYMBOL: &str = "CLF27";
+
+/// The ports of one backend, with what keeps that backend alive.
+struct Env {
+    p: Ports,
+    _moto: Option<Moto>,
+    dir: PathBuf,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+async fn env(backend: Backend) -> Env {
+    let dir = temp_state_dir();
+    match backend {
+        Backend::Embedded => {
+            let db = Sqlite::open(&dir).expect("open sqlite");
+            let key = keys::load_or_create_p256(&dir.join("confirm.pem")).expect("key");
+            let signer: Arc<dyn Signer> =
+                Arc::new(LocalSigner::new("ports-test", &key).expect("signer"));
+            Env {
+                p: Ports::sqlite(&db, signer),
+                _moto: None,
+                dir,
+            }
+        }
+        Backend::Aws => {
+            let moto = Moto::start();
+            let mut e = vec![("AIRLOCK_BACKEND".to_string(), "aws".to_string())];
+            e.extend(moto.env());
+            airlock_tests::cli(&dir, &e, &["bootstrap"]);
+            // Explicit configuration (not the process environment): tests run in parallel,
+            // each on its own emulator.
+            let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .endpoint_url(&moto.endpoint)
+                .region(aws_config::Region::new(Moto::REGION))
+                .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                    "test",
+                    "test",
+                    None,
+                    None,
+                    "ports-test",
+                ))
+                .load()
+                .await;
+            let (ddb, sqs, kms) = clients(&conf);
+            let mut urls = Vec::new();
+            for q in shapes::QUEUES {
+                let u = sqs
+                    .get_queue_url()
+                    .queue_name(q.name())
+                    .send()
+                    .await
+                    .expect("queue url")
+                    .queue_url
+                    .expect("queue url");
+                urls.push(u);
+            }
+            assert_eq!(shapes::QUEUES[0], shapes::ORDERS_QUEUE);
+            let names = Names {
+                accounts: shapes::ACCOUNTS.name(),
+                positions: shapes::POSITIONS.name(),
+                exposures: shapes::EXPOSURES.name(),
+                orders: shapes::ORDERS.name(),
+                jobs: shapes::JOBS.name(),
+                plans: shapes::PLANS.name(),
+                idempotency: shapes::IDEMPOTENCY.name(),
+                actions: shapes::ACTIONS.name(),
+                audit: shapes::AUDIT.name(),
+                control: shapes::CONTROL.name(),
+                rate_limits: shapes::RATE_LIMITS.name(),
+                paper_broker: shapes::PAPER_BROKER.name(),
+                orders_queue_url: urls[0].clone(),
+                jobs_queue_url: urls[1].clone(),
+                signing_key_id: shapes::signing_key(),
+            };
+            let aws = Aws {
+                ddb,
+                sqs,
+                kms: kms.clone(),
+                names: Arc::new(names),
+            };
+            let signer: Arc<dyn Signer> = Arc::new(KmsSigner::new(kms, &shapes::signing_key()));
+            Env {
+                p: Ports::aws(&aws, signer),
+                _moto: Some(moto),
+                dir,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Records
+
+fn account(id: &str, status: AccountStatus) -> Account {
+    Account {
+        account_id: id.into(),
+        name: format!("Account {id}"),
+        desk: "energy".into(),
+        currency: "USD".into(),
+        status,
+    }
+}
+
+fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
+    PlanRecord {
+        plan_id: plan_id.into(),
+        action_type: ActionType::OrderSubmitCl,
+        account_id: account_id.into(),
+        desk: "energy".into(),
+        requested_by: "op-1".into(),
+        service_principal: "svc1".into(),
+        normalized_payload: serde_json::json!({ "account_id": account_id, "symbol": SYMBOL }),
+        payload_hash: "hash".into(),
+        risk_checks: vec![],
+        executable: true,
+        preview: "buy".into(),
+        queue_target: QueueTarget::Orders,
+        policy_version: "p1".into(),
+        status,
+        closed_reason: None,
+        action_id: None,
+        created_at: NOW - 1_000,
+        expires_at: NOW + 600_000,
+        chat_context: serde_json::json!({}),
+        request_id: "req".into(),
+        reference_price: None,
+    }
+}
+
+fn audit(id: &str, plan_id: Option<&str>) -> AuditRecord {
+    AuditRecord {
+        audit_id: format!("aud-{id}"),
+        at: NOW,
+        event: "execute".into(),
+        decision: "queued".into(),
+        reason_code: None,
+        reason: None,
+        action_type: Some(ActionType::OrderSubmitCl),
+        plan_id: plan_id.map(String::from),
+        action_id: None,
+        idempotency_key: Some(id.into()),
+        operator_id: "op-1".into(),
+        service_principal: "svc1".into(),
+        payload_hash: None,
+        risk_checks: vec![],
+        order_id: None,
+        job_id: None,
+        chat_session_id: None,
+        tool_call_id: None,
+        request_id: "req".into(),
+        policy_version: None,
+    }
+}
+
+fn claimed(
+    key: &str,
+    plan_id: &str,
+    owner: &str,
+    action_id: &str,
+    expires_at: Millis,
+) -> KeyRecord {
+    KeyRecord {
+        principal: PRINCIPAL.into(),
+        key: key.into(),
+        fingerprint: format!("fp-{key}-{plan_id}"),
+        plan_id: plan_id.into(),
+        requested_by: "op-1".into(),
+        state: KeyState::Claimed {
+            lease_owner: owner.into(),
+            lease_until: NOW + 30_000,
+            action_id: action_id.into(),
+        },
+        created_at: NOW,
+        expires_at,
+    }
+}
+
+fn message(action_id: &str, plan_id: &str, action_type: ActionType) -> QueueMessage {
+    QueueMessage {
+        schema: QUEUE_MESSAGE_SCHEMA.into(),
+        action_id: action_id.into(),
+        plan_id: plan_id.into(),
+        action_type,
+        normalized_payload: serde_json::json!({ "account_id": "ACC-Q" }),
+        resource_refs: ResourceRefs::default(),
+        requested_by: "op-1".into(),
+        service_principal: "svc1".into(),
+        enqueued_at: "2026-11-18T00:00:00.000Z".into(),
+        trace: Trace::default(),
+    }
+}
+
+fn action(action_id: &str, plan_id: &str, account_id: &str, key: &str) -> ActionRecord {
+    ActionRecord {
+        action_id: action_id.into(),
+        plan_id: plan_id.into(),
+        action_type: ActionType::OrderSubmitCl,
+        status: ActionStatus::Queued,
+        queue_target: QueueTarget::Orders,
+        resource_refs: ResourceRefs {
+            order_id: Some(format!("ord-{action_id}")),
+            job_id: None,
+        },
+        account_id: account_id.into(),
+        desk: "energy".into(),
+        requested_by: "op-1".into(),
+        service_principal: "svc1".into(),
+        idempotency_key: key.into(),
+        message: message(action_id, plan_id, ActionType::OrderSubmitCl),
+        enqueued_at: None,
+        created_at: NOW,
+        updated_at: NOW,
+        error: None,
+    }
+}
+
+/// A commit of a fresh claim on `key` with no other condition.
+fn bare(key: &str) -> ExecuteCommit {
+    ExecuteCommit {
+        key: claimed(
+            key,
+            "pln-none",
+            "owner-1",
+            &format!("act-{key}"),
+            NOW + 86_400_000,
+        ),
+        key_condition: KeyCondition::Absent,
+        plan_change: None,
+        control_version: None,
+        account_active: None,
+        rate: None,
+        reserve: None,
+        action: None,
+        audit: audit(key, None),
+    }
+}
+
+fn buy(account_id: &str, bound: i64, qty: i64) -> Reservation {
+    Reservation {
+        side: Side::Buy,
+        bound,
+        delta: ExposureDelta::reserve(account_id, SYMBOL, Side::Buy, qty),
+    }
+}
+
+fn exposure(position: i64, open_buy: i64, open_sell: i64) -> Exposure {
+    Exposure {
+        position,
+        open_buy,
+        open_sell,
+    }
+}
+
+async fn commit(e: &Env, c: &ExecuteCommit) -> CommitOutcome {
+    e.p.ledger.commit(c, NOW).await.expect("commit")
+}
+
+async fn key_of(e: &Env, key: &str, now: Millis) -> Option<KeyRecord> {
+    e.p.ledger
+        .get_key(PRINCIPAL, key, now)
+        .await
+        .expect("get_key")
+}
+
+/// A conflicting commit wrote nothing: its key is still absent, its plan untouched.
+async fn assert_conflict(e: &Env, c: &ExecuteCommit, want: Conflict) {
+    assert_eq!(
+        commit(e, c).await,
+        CommitOutcome::Conflict(want),
+        "commit of {}",
+        c.key.key
+    );
+    assert_eq!(
+        key_of(e, &c.key.key, NOW).await,
+        None,
+        "a {want:?} conflict wrote the key {}",
+        c.key.key
+    );
+    if let Some(a) = &c.action {
+        assert_eq!(
+            e.p.actions
+                .get_action(&a.action_id)
+                .await
+                .expect("get_action"),
+            None,
+            "a {want:?} conflict wrote the action"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. ExecuteLedger::commit: each condition, and its conflict name
+
+async fn commit_claims_a_key_once(b: Backend) {
+    let e = env(b).await;
+    let c = bare("k-once");
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    assert_eq!(key_of(&e, "k-once", NOW).await, Some(c.key.clone()));
+    // The same (principal, key) again: the key is taken.
+    let mut again = bare("k-once");
+    again.key.fingerprint = "another".into();
+    again.audit.audit_id = "aud-k-once-2".into();
+    assert_eq!(
+        commit(&e, &again).await,
+        CommitOutcome::Conflict(Conflict::Key)
+    );
+    assert_eq!(
+        key_of(&e, "k-once", NOW).await,
+        Some(c.key.clone()),
+        "the losing commit overwrote the key"
+    );
+    // Same key text under another principal is another key.
+    let mut other = bare("k-once");
+    other.key.principal = "4:svc1/op-2".into();
+    other.audit.audit_id = "aud-k-once-3".into();
+    assert_eq!(commit(&e, &other).await, CommitOutcome::Committed);
+    // A finishing write must name the current owner.
+    let mut finish = bare("k-once");
+    finish.key_condition = KeyCondition::ClaimedBy("someone-else".into());
+    finish.audit.audit_id = "aud-k-once-4".into();
+    assert_eq!(
+        commit(&e, &finish).await,
+        CommitOutcome::Conflict(Conflict::Key)
+    );
+    finish.key_condition = KeyCondition::ClaimedBy("owner-1".into());
+    finish.key.state = KeyState::Decided {
+        decision: Decision::Rejected {
+            code: "x".into(),
+            message: "y".into(),
+            details: vec![],
+        },
+    };
+    assert_eq!(commit(&e, &finish).await, CommitOutcome::Committed);
+    assert_eq!(
+        key_of(&e, "k-once", NOW).await.map(|k| k.state),
+        Some(finish.key.state.clone())
+    );
+    // ClaimedBy on a key nobody holds.
+    let mut ghost = bare("k-ghost");
+    ghost.key_condition = KeyCondition::ClaimedBy("owner-1".into());
+    assert_conflict(&e, &ghost, Conflict::Key).await;
+}
+both!(commit_claims_a_key_once);
+
+async fn commit_moves_only_a_planned_plan(b: Backend) {
+    let e = env(b).await;
+    for (n, id) in ["pln-ok", "pln-close"].iter().enumerate() {
+        e.p.plans
+            .put_plan(
+                &plan(id, "ACC-1", PlanStatus::Planned),
+                &audit(&format!("p{n}"), Some(id)),
+            )
+            .await
+            .unwrap();
+    }
+    let get = |id: &'static str| {
+        let p = e.p.plans.clone();
+        async move { p.get_plan(id).await.unwrap() }
+    };
+    assert_eq!(
+        get("pln-ok").await.map(|p| p.status),
+        Some(PlanStatus::Planned)
+    );
+
+    let mut c = bare("k-plan-ok");
+    c.plan_change = Some((
+        "pln-ok".into(),
+        PlanChange::Execute {
+            action_id: "act-plan-ok".into(),
+        },
+    ));
+    c.action = Some(action("act-plan-ok", "pln-ok", "ACC-1", "k-plan-ok"));
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    let p = get("pln-ok").await.unwrap();
+    assert_eq!(p.status, PlanStatus::Executed);
+    assert_eq!(p.action_id.as_deref(), Some("act-plan-ok"));
+    let a = e.p.actions.get_action("act-plan-ok").await.unwrap();
+    assert_eq!(a, c.action.clone(), "the action reads back as written");
+
+    // Close moves planned -> closed with the reason.
+    let mut close = bare("k-plan-close");
+    close.plan_change = Some((
+        "pln-close".into(),
+        PlanChange::Close {
+            reason_code: "kill_switch".into(),
+        },
+    ));
+    assert_eq!(commit(&e, &close).await, CommitOutcome::Committed);
+    let p = get("pln-close").await.unwrap();
+    assert_eq!(p.status, PlanStatus::Closed);
+    assert_eq!(p.closed_reason.as_deref(), Some("kill_switch"));
+    assert_eq!(p.action_id, None);
+
+    // Executed, closed or missing: not planned.
+    for (i, plan_id) in ["pln-ok", "pln-close", "pln-missing"].iter().enumerate() {
+        let mut c = bare(&format!("k-plan-{i}"));
+        c.plan_change = Some((
+            plan_id.to_string(),
+            PlanChange::Execute {
+                action_id: format!("act-plan-{i}"),
+            },
+        ));
+        c.action = Some(action(
+            &format!("act-plan-{i}"),
+            plan_id,
+            "ACC-1",
+            &c.key.key,
+        ));
+        assert_conflict(&e, &c, Conflict::Plan).await;
+        let mut closing = bare(&format!("k-plan-close-{i}"));
+        closing.plan_change = Some((
+            plan_id.to_string(),
+            PlanChange::Close {
+                reason_code: "other".into(),
+            },
+        ));
+        assert_conflict(&e, &closing, Conflict::Plan).await;
+    }
+    let p = get("pln-ok").await.unwrap();
+    assert_eq!(
+        (p.status, p.action_id.as_deref(), p.closed_reason.as_deref()),
+        (PlanStatus::Executed, Some("act-plan-ok"), None),
+        "a conflict changed the executed plan"
+    );
+    let p = get("pln-close").await.unwrap();
+    assert_eq!(
+        (p.status, p.action_id.as_deref(), p.closed_reason.as_deref()),
+        (PlanStatus::Closed, None, Some("kill_switch")),
+        "a conflict changed the closed plan"
+    );
+    assert_eq!(get("pln-missing").await, None, "a conflict created a plan");
+}
+both!(commit_moves_only_a_planned_plan);
+
+async fn commit_checks_the_control_version(b: Backend) {
+    let e = env(b).await;
+    // Nothing stored yet: version 0.
+    let mut stale = bare("k-ctl-1");
+    stale.control_version = Some(3);
+    assert_conflict(&e, &stale, Conflict::Control).await;
+    let mut at0 = bare("k-ctl-2");
+    at0.control_version = Some(0);
+    assert_eq!(commit(&e, &at0).await, CommitOutcome::Committed);
+
+    let c1 = Control {
+        trade_execute_enabled: false,
+        version: 1,
+        updated_at: NOW,
+        updated_by: "op-admin".into(),
+        reason: Some("halt".into()),
+        ..Control::default()
+    };
+    assert!(e.p.control.put_control(&c1, 0).await.unwrap());
+    let mut old = bare("k-ctl-3");
+    old.control_version = Some(0);
+    assert_conflict(&e, &old, Conflict::Control).await;
+    let mut cur = bare("k-ctl-4");
+    cur.control_version = Some(1);
+    assert_eq!(commit(&e, &cur).await, CommitOutcome::Committed);
+}
+both!(commit_checks_the_control_version);
+
+async fn commit_checks_the_account_is_active(b: Backend) {
+    let e = env(b).await;
+    e.p.read_models
+        .put_accounts(&[
+            account("ACC-ON", AccountStatus::Active),
+            account("ACC-SUS", AccountStatus::Suspended),
+            account("ACC-CLO", AccountStatus::Closed),
+        ])
+        .await
+        .unwrap();
+    for (i, acc) in ["ACC-SUS", "ACC-CLO", "ACC-NONE"].iter().enumerate() {
+        let mut c = bare(&format!("k-acc-{i}"));
+        c.account_active = Some(acc.to_string());
+        assert_conflict(&e, &c, Conflict::Account).await;
+    }
+    let mut ok = bare("k-acc-ok");
+    ok.account_active = Some("ACC-ON".into());
+    assert_eq!(commit(&e, &ok).await, CommitOutcome::Committed);
+}
+both!(commit_checks_the_account_is_active);
+
+async fn commit_reserves_only_what_fits(b: Backend) {
+    let e = env(b).await;
+    let ex = |acc: &'static str| {
+        let p = e.p.positions.clone();
+        async move { p.get_exposure(acc, SYMBOL).await.unwrap() }
+    };
+    // The embedded store's positions need their account (a foreign key).
+    e.p.read_models
+        .put_accounts(&[
+            account("ACC-A", AccountStatus::Active),
+            account("ACC-NEW", AccountStatus::Active),
+        ])
+        .await
+        .unwrap();
+    // ACC-A: position 2 (positions and exposures, as the seed writes them), 3 open buys.
+    e.p.read_models
+        .put_positions(&[Position {
+            account_id: "ACC-A".into(),
+            symbol: SYMBOL.into(),
+            quantity: 2,
+            avg_price: None,
+            updated_at: NOW,
+        }])
+        .await
+        .unwrap();
+    e.p.read_models
+        .put_exposures(&[("ACC-A".into(), SYMBOL.into(), exposure(2, 3, 0))])
+        .await
+        .unwrap();
+    assert_eq!(ex("ACC-A").await, exposure(2, 3, 0));
+
+    // Worst long 5 > bound 4: refused, nothing written.
+    let mut over = bare("k-pos-over");
+    over.reserve = Some(buy("ACC-A", 4, 1));
+    over.action = Some(action("act-pos-over", "pln-none", "ACC-A", "k-pos-over"));
+    assert_conflict(&e, &over, Conflict::Position).await;
+    assert_eq!(
+        ex("ACC-A").await,
+        exposure(2, 3, 0),
+        "a refused reserve moved the exposure"
+    );
+
+    // Worst long 5 <= bound 5: reserved.
+    let mut fits = bare("k-pos-fits");
+    fits.reserve = Some(buy("ACC-A", 5, 4));
+    assert_eq!(commit(&e, &fits).await, CommitOutcome::Committed);
+    assert_eq!(ex("ACC-A").await, exposure(2, 7, 0));
+
+    // Sells: worst short 2 - 0 >= bound.
+    let sell = |bound: i64, qty: i64| Reservation {
+        side: Side::Sell,
+        bound,
+        delta: ExposureDelta::reserve("ACC-A", SYMBOL, Side::Sell, qty),
+    };
+    let mut s_over = bare("k-pos-sell-over");
+    s_over.reserve = Some(sell(3, 1));
+    assert_conflict(&e, &s_over, Conflict::Position).await;
+    let mut s_ok = bare("k-pos-sell-ok");
+    s_ok.reserve = Some(sell(2, 6));
+    assert_eq!(commit(&e, &s_ok).await, CommitOutcome::Committed);
+    assert_eq!(ex("ACC-A").await, exposure(2, 7, 6));
+
+    // No exposure row at all counts as zero on both sides.
+    let mut fresh_neg = bare("k-pos-fresh-neg");
+    fresh_neg.reserve = Some(buy("ACC-NEW", -1, 1));
+    assert_conflict(&e, &fresh_neg, Conflict::Position).await;
+    let mut fresh_sell = bare("k-pos-fresh-sell");
+    fresh_sell.reserve = Some(Reservation {
+        side: Side::Sell,
+        bound: 1,
+        delta: ExposureDelta::reserve("ACC-NEW", SYMBOL, Side::Sell, 1),
+    });
+    assert_conflict(&e, &fresh_sell, Conflict::Position).await;
+    assert_eq!(ex("ACC-NEW").await, Exposure::default());
+    let mut fresh = bare("k-pos-fresh");
+    fresh.reserve = Some(buy("ACC-NEW", 0, 3));
+    assert_eq!(commit(&e, &fresh).await, CommitOutcome::Committed);
+    assert_eq!(ex("ACC-NEW").await, exposure(0, 3, 0));
+}
+both!(commit_reserves_only_what_fits);
+
+async fn commit_enforces_the_rate_cap(b: Backend) {
+    let e = env(b).await;
+    let limit = 2;
+    let snap = |k: &'static str| {
+        let l = e.p.ledger.clone();
+        async move {
+            l.snapshot(PRINCIPAL, k, "pln-none", "op-rate", NOW)
+                .await
+                .unwrap()
+                .rate
+        }
+    };
+    let s0 = snap("k-r").await;
+    assert_eq!((s0.bucket, s0.count), (0, 0));
+    assert_eq!(s0.operator_id, "op-rate");
+    let first = s0.next(NOW, limit);
+    assert!(!first.is_increment(), "the first execute rolls over");
+    let mut c1 = bare("k-rate-1");
+    c1.rate = Some(first.clone());
+    assert_eq!(commit(&e, &c1).await, CommitOutcome::Committed);
+    // The same roll-over again: the bucket is no longer the one read.
+    let mut replay = bare("k-rate-replay");
+    replay.rate = Some(first);
+    assert_conflict(&e, &replay, Conflict::Rate).await;
+
+    let s1 = snap("k-r").await;
+    assert_eq!(
+        (s1.bucket, s1.count),
+        (RateState::bucket_of(NOW), 1),
+        "rate state after one execute"
+    );
+    let second = s1.next(NOW, limit);
+    assert!(second.is_increment());
+    let mut c2 = bare("k-rate-2");
+    c2.rate = Some(second.clone());
+    assert_eq!(commit(&e, &c2).await, CommitOutcome::Committed);
+    let s2 = snap("k-r").await;
+    assert_eq!(s2.count, 2);
+    // Cap reached: count 2 is not below cap 2.
+    let third = s2.next(NOW, limit);
+    assert_eq!(third.cap, 2);
+    let mut c3 = bare("k-rate-3");
+    c3.rate = Some(third);
+    assert_conflict(&e, &c3, Conflict::Rate).await;
+    assert_eq!(snap("k-r").await.count, 2, "a refused execute counted");
+    // An increment computed for another bucket conflicts too.
+    let mut wrong = bare("k-rate-4");
+    wrong.rate = Some(airlock::records::RateUpdate {
+        bucket: RateState::bucket_of(NOW) - RATE_WINDOW_MS,
+        expected_bucket: RateState::bucket_of(NOW) - RATE_WINDOW_MS,
+        ..second
+    });
+    assert_conflict(&e, &wrong, Conflict::Rate).await;
+}
+both!(commit_enforces_the_rate_cap);
+
+// ---------------------------------------------------------------------------------------
+// 2. Expired key records count as absent
+
+async fn expired_keys_count_as_absent(b: Backend) {
+    let e = env(b).await;
+    let mut c = bare("k-exp");
+    c.key.expires_at = NOW + 1_000;
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    assert_eq!(key_of(&e, "k-exp", NOW + 999).await, Some(c.key.clone()));
+    assert_eq!(
+        key_of(&e, "k-exp", NOW + 1_000).await,
+        None,
+        "expired at expires_at"
+    );
+    assert_eq!(key_of(&e, "k-exp", NOW + 5_000).await, None);
+    let later = NOW + 5_000;
+    let snap =
+        e.p.ledger
+            .snapshot(PRINCIPAL, "k-exp", "pln-none", "op-1", later)
+            .await
+            .unwrap();
+    assert_eq!(snap.key, None, "snapshot returned an expired key");
+    // The lease owner of an expired record cannot finish on it.
+    let mut finish = bare("k-exp");
+    finish.key_condition = KeyCondition::ClaimedBy("owner-1".into());
+    finish.audit.audit_id = "aud-k-exp-finish".into();
+    assert_eq!(
+        e.p.ledger.commit(&finish, later).await.unwrap(),
+        CommitOutcome::Conflict(Conflict::Key)
+    );
+    // A new claim commits over the expired record.
+    let mut fresh = bare("k-exp");
+    fresh.key.fingerprint = "fp-new".into();
+    fresh.key.created_at = later;
+    fresh.key.expires_at = later + 86_400_000;
+    fresh.audit.audit_id = "aud-k-exp-2".into();
+    assert_eq!(
+        e.p.ledger.commit(&fresh, later).await.unwrap(),
+        CommitOutcome::Committed
+    );
+    assert_eq!(
+        key_of(&e, "k-exp", later).await.map(|k| k.fingerprint),
+        Some("fp-new".into())
+    );
+}
+both!(expired_keys_count_as_absent);
+
+// ---------------------------------------------------------------------------------------
+// 3. take_over and mark_sent: only the lease owner
+
+fn with_owner(k: &KeyRecord, owner: &str, until: Millis) -> KeyRecord {
+    let mut k = k.clone();
+    if let KeyState::Claimed {
+        lease_owner,
+        lease_until,
+        ..
+    } = &mut k.state
+    {
+        *lease_owner = owner.into();
+        *lease_until = until;
+    }
+    k
+}
+
+async fn lease_takeover_and_mark_sent(b: Backend) {
+    let e = env(b).await;
+    let l = &e.p.ledger;
+    let mut c = bare("k-lease");
+    c.action = Some(action("act-lease", "pln-none", "ACC-1", "k-lease"));
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    let unsent = e.p.actions.list_unsent(NOW + 1, 100).await.unwrap();
+    assert_eq!(
+        unsent
+            .iter()
+            .map(|a| a.action_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["act-lease"],
+        "a committed, unsent action is the sweeper's"
+    );
+    assert!(
+        e.p.actions.list_unsent(NOW, 100).await.unwrap().is_empty(),
+        "list_unsent is strictly before claimed_before"
+    );
+
+    let to2 = with_owner(&c.key, "owner-2", NOW + 90_000);
+    assert!(!l.take_over(&to2, "not-owner").await.unwrap());
+    assert_eq!(
+        key_of(&e, "k-lease", NOW).await,
+        Some(c.key.clone()),
+        "a refused takeover wrote"
+    );
+    let ghost = with_owner(&bare("k-none").key, "owner-2", NOW + 90_000);
+    assert!(!l.take_over(&ghost, "owner-1").await.unwrap());
+    assert_eq!(
+        key_of(&e, "k-none", NOW).await,
+        None,
+        "a takeover created a key"
+    );
+    assert!(l.take_over(&to2, "owner-1").await.unwrap());
+    // The old owner has lost it.
+    let to3 = with_owner(&c.key, "owner-3", NOW + 95_000);
+    assert!(!l.take_over(&to3, "owner-1").await.unwrap());
+    let k = key_of(&e, "k-lease", NOW).await.expect("key");
+    assert_eq!(k, to2);
+    // Nor can the old owner finish with a commit.
+    let mut late = bare("k-lease");
+    late.key_condition = KeyCondition::ClaimedBy("owner-1".into());
+    late.audit.audit_id = "aud-k-lease-late".into();
+    assert_eq!(
+        commit(&e, &late).await,
+        CommitOutcome::Conflict(Conflict::Key)
+    );
+    assert_eq!(key_of(&e, "k-lease", NOW).await, Some(to2.clone()));
+
+    let a = c.action.clone().unwrap();
+    let sent_at = NOW + 2_000;
+    let decided = KeyRecord {
+        state: KeyState::Decided {
+            decision: Decision::Queued {
+                action_id: "act-lease".into(),
+                plan_id: "pln-none".into(),
+                queue_target: QueueTarget::Orders,
+                resource_refs: a.resource_refs.clone(),
+            },
+        },
+        ..c.key.clone()
+    };
+    assert!(
+        !l.mark_sent(&decided, "owner-1", "act-lease", sent_at)
+            .await
+            .unwrap(),
+        "a stale owner marked the key sent"
+    );
+    assert_eq!(key_of(&e, "k-lease", NOW).await, Some(to2.clone()));
+    assert_eq!(
+        e.p.actions
+            .get_action("act-lease")
+            .await
+            .unwrap()
+            .unwrap()
+            .enqueued_at,
+        None,
+        "a refused mark_sent marked the action sent"
+    );
+    // An action that does not exist: refused.
+    assert!(!l
+        .mark_sent(&decided, "owner-2", "act-missing", sent_at)
+        .await
+        .unwrap());
+    assert_eq!(key_of(&e, "k-lease", NOW).await, Some(to2.clone()));
+
+    assert!(l
+        .mark_sent(&decided, "owner-2", "act-lease", sent_at)
+        .await
+        .unwrap());
+    assert_eq!(key_of(&e, "k-lease", sent_at).await, Some(decided.clone()));
+    let stored = e.p.actions.get_action("act-lease").await.unwrap().unwrap();
+    assert_eq!(stored.enqueued_at, Some(sent_at));
+    assert!(
+        e.p.actions
+            .list_unsent(NOW + 100_000, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a sent action is still listed as unsent"
+    );
+    // Decided: nobody holds a lease any more.
+    assert!(!l
+        .mark_sent(&decided, "owner-2", "act-lease", sent_at + 1)
+        .await
+        .unwrap());
+    let to4 = with_owner(&c.key, "owner-4", NOW + 99_000);
+    assert!(!l.take_over(&to4, "owner-2").await.unwrap());
+    assert_eq!(key_of(&e, "k-lease", sent_at).await, Some(decided));
+    assert_eq!(
+        e.p.actions
+            .get_action("act-lease")
+            .await
+            .unwrap()
+            .unwrap()
+            .enqueued_at,
+        Some(sent_at),
+        "enqueued_at moved"
+    );
+}
+both!(lease_takeover_and_mark_sent);
+
+// ---------------------------------------------------------------------------------------
+// 4. ControlStore: versioned writes
+
+async fn control_writes_are_versioned(b: Backend) {
+    let e = env(b).await;
+    let c0 = e.p.control.get_control().await.unwrap();
+    assert_eq!(c0, Control::default());
+    let c1 = Control {
+        trade_execute_enabled: false,
+        version: 1,
+        updated_at: NOW,
+        updated_by: "op-admin".into(),
+        reason: Some("halt".into()),
+        ..Control::default()
+    };
+    assert!(
+        !e.p.control.put_control(&c1, 7).await.unwrap(),
+        "stale version accepted"
+    );
+    assert_eq!(e.p.control.get_control().await.unwrap(), Control::default());
+    assert!(e.p.control.put_control(&c1, 0).await.unwrap());
+    assert_eq!(e.p.control.get_control().await.unwrap(), c1);
+    let mut c2 = c1.clone();
+    c2.version = 2;
+    c2.trade_execute_enabled = true;
+    c2.rollout.insert(
+        "order.cancel".into(),
+        airlock::records::RolloutMode::PlanOnly,
+    );
+    c2.reason = None;
+    assert!(
+        !e.p.control.put_control(&c2, 0).await.unwrap(),
+        "version 0 overwrote"
+    );
+    assert_eq!(e.p.control.get_control().await.unwrap(), c1);
+    assert!(e.p.control.put_control(&c2, 1).await.unwrap());
+    let got = e.p.control.get_control().await.unwrap();
+    assert_eq!(got, c2);
+    assert_eq!(got.version, 2);
+}
+both!(control_writes_are_versioned);
+
+// ---------------------------------------------------------------------------------------
+// 5. WorkerStore::advance_order
+
+fn order(status: OrderStatus, filled: u32) -> Order {
+    Order {
+        order_id: "ord-w".into(),
+        account_id: "ACC-W".into(),
+        symbol: SYMBOL.into(),
+        side: Side::Buy,
+        quantity: 5,
+        order_type: OrderType::Market,
+        limit_price: None,
+        stop_price: None,
+        time_in_force: TimeInForce::Day,
+        status,
+        filled_quantity: filled,
+        avg_fill_price: None,
+        action_id: Some("act-w".into()),
+        created_at: NOW,
+        updated_at: NOW + filled as i64,
+    }
+}
+
+fn pos(qty: i64, expected: Option<i64>) -> PositionChange {
+    PositionChange {
+        expected,
+        new: Position {
+            account_id: "ACC-W".into(),
+            symbol: SYMBOL.into(),
+            quantity: qty,
+            avg_price: None,
+            updated_at: NOW + qty,
+        },
+    }
+}
+
+async fn advance_order_is_conditional(b: Backend) {
+    let e = env(b).await;
+    let w = &e.p.workers;
+    let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
+    e.p.read_models
+        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
+        .await
+        .unwrap();
+    let mut c = bare("k-w");
+    c.reserve = Some(buy("ACC-W", 10, 5));
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    assert_eq!(ex().await, exposure(0, 5, 0));
+
+    let queued = order(OrderStatus::Queued, 0);
+    assert_eq!(w.create_order(&queued).await.unwrap(), queued);
+    // Created once: a second create returns the stored order.
+    let mut other = queued.clone();
+    other.quantity = 9;
+    assert_eq!(w.create_order(&other).await.unwrap(), queued);
+
+    let submitted = order(OrderStatus::Submitted, 0);
+    assert!(w.advance_order(&queued, &submitted, None).await.unwrap());
+    // From a status it no longer has.
+    assert!(!w
+        .advance_order(&queued, &order(OrderStatus::Working, 0), None)
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(0, 5, 0));
+
+    let part2 = order(OrderStatus::PartiallyFilled, 2);
+    assert!(w
+        .advance_order(&submitted, &part2, Some(&pos(2, None)))
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(2, 3, 0));
+    let part4 = order(OrderStatus::PartiallyFilled, 4);
+    assert!(w
+        .advance_order(&part2, &part4, Some(&pos(4, Some(2))))
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(4, 1, 0));
+    // A second step from the same partially filled state: same status, other fills.
+    let part3 = order(OrderStatus::PartiallyFilled, 3);
+    assert!(
+        !w.advance_order(&part2, &part3, None).await.unwrap(),
+        "a step from filled_quantity 2 applied over filled_quantity 4"
+    );
+    assert_eq!(
+        ex().await,
+        exposure(4, 1, 0),
+        "a refused step moved the exposure"
+    );
+    let filled = order(OrderStatus::Filled, 5);
+    // The position changed since it was read: nothing written.
+    assert!(!w
+        .advance_order(&part4, &filled, Some(&pos(5, Some(3))))
+        .await
+        .unwrap());
+    assert_eq!(
+        e.p.orders.get_order("ord-w").await.unwrap(),
+        Some(part4.clone())
+    );
+    assert_eq!(ex().await, exposure(4, 1, 0));
+    assert_eq!(
+        e.p.positions
+            .get_position("ACC-W", SYMBOL)
+            .await
+            .unwrap()
+            .map(|p| p.quantity),
+        Some(4)
+    );
+
+    assert!(w
+        .advance_order(&part4, &filled, Some(&pos(5, Some(4))))
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(5, 0, 0));
+    assert_eq!(
+        e.p.orders.get_order("ord-w").await.unwrap(),
+        Some(filled.clone())
+    );
+    assert_eq!(
+        e.p.positions
+            .get_position("ACC-W", SYMBOL)
+            .await
+            .unwrap()
+            .map(|p| p.quantity),
+        Some(5)
+    );
+    // Replayed: the order is no longer partially filled.
+    assert!(!w
+        .advance_order(&part4, &filled, Some(&pos(5, Some(4))))
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(5, 0, 0));
+}
+both!(advance_order_is_conditional);
+
+// ---------------------------------------------------------------------------------------
+// 6. Queue
+
+fn action_of(body: &str) -> String {
+    serde_json::from_str::<QueueMessage>(body)
+        .expect("queue body is a QueueMessage")
+        .action_id
+}
+
+async fn queue_sends_receives_and_deduplicates(b: Backend) {
+    let e = env(b).await;
+    let q = &e.p.queue;
+    let m = message("act-q1", "pln-q1", ActionType::OrderSubmitCl);
+    q.send(&m, "ACC-Q", "act-q1").await.unwrap();
+    q.send(&m, "ACC-Q", "act-q1").await.unwrap();
+    let got = q.receive(QueueTarget::Orders, 10, 30_000).await.unwrap();
+    assert_eq!(
+        got.len(),
+        1,
+        "a resend with the same dedup id was delivered: {got:?}"
+    );
+    assert_eq!(
+        serde_json::from_str::<QueueMessage>(&got[0].body).unwrap(),
+        m
+    );
+    assert_eq!(got[0].group.as_deref(), Some("ACC-Q"));
+    assert_eq!(got[0].receive_count, 1);
+    // Hidden while in flight; a resend while in flight is not delivered either.
+    q.send(&m, "ACC-Q", "act-q1").await.unwrap();
+    assert!(q
+        .receive(QueueTarget::Orders, 10, 30_000)
+        .await
+        .unwrap()
+        .is_empty());
+    q.ack(QueueTarget::Orders, &got[0].receipt).await.unwrap();
+    assert!(q
+        .receive(QueueTarget::Orders, 10, 30_000)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The jobs queue: send, receive, release, receive again, ack.
+    let j = message("act-j1", "pln-j1", ActionType::PositionsSync);
+    q.send(&j, "ACC-Q", "act-j1").await.unwrap();
+    let got = q.receive(QueueTarget::Jobs, 10, 30_000).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(action_of(&got[0].body), "act-j1");
+    assert!(
+        q.receive(QueueTarget::Orders, 10, 30_000)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a job went to the orders queue"
+    );
+    q.release(QueueTarget::Jobs, &got[0].receipt, 0)
+        .await
+        .unwrap();
+    let again = q.receive(QueueTarget::Jobs, 10, 30_000).await.unwrap();
+    assert_eq!(again.len(), 1, "a released message did not come back");
+    assert_eq!(action_of(&again[0].body), "act-j1");
+    assert_eq!(again[0].receive_count, 2);
+    q.ack(QueueTarget::Jobs, &again[0].receipt).await.unwrap();
+    assert!(q
+        .receive(QueueTarget::Jobs, 10, 30_000)
+        .await
+        .unwrap()
+        .is_empty());
+}
+both!(queue_sends_receives_and_deduplicates);
+
+/// SQS FIFO keeps a deduplication id for 5 minutes from the send, deleted or not; the
+/// embedded queue keeps acked rows for the same window.
+async fn queue_dedup_outlives_the_ack(b: Backend) {
+    let e = env(b).await;
+    let q = &e.p.queue;
+    let m = message("act-d1", "pln-d1", ActionType::OrderSubmitCl);
+    q.send(&m, "ACC-Q", "act-d1").await.unwrap();
+    let got = q.receive(QueueTarget::Orders, 10, 30_000).await.unwrap();
+    assert_eq!(got.len(), 1);
+    q.ack(QueueTarget::Orders, &got[0].receipt).await.unwrap();
+    q.send(&m, "ACC-Q", "act-d1").await.unwrap();
+    let again = q.receive(QueueTarget::Orders, 10, 30_000).await.unwrap();
+    assert!(
+        again.is_empty(),
+        "a resend within the deduplication window, after the ack, was delivered again: {again:?}"
+    );
+}
+
+mod queue_dedup_outlives_the_ack {
+    #[tokio::test]
+    async fn embedded() {
+        super::queue_dedup_outlives_the_ack(airlock_tests::Backend::Embedded).await
+    }
+    #[tokio::test]
+    #[ignore = "emulator gap: moto (sqs/models.py add_message) compares a FIFO dedup id only \
+                with messages still in the queue, so after the delete a resend is delivered \
+                again; real SQS keeps the id for 5 minutes from the send"]
+    async fn aws() {
+        super::queue_dedup_outlives_the_ack(airlock_tests::Backend::Aws).await
+    }
+}
+
+/// What both backends guarantee on the FIFO orders queue: each group's messages come in
+/// send order, a batch holds a prefix of each group's waiting messages, and while a
+/// message of a group is in flight nothing later of that group is delivered.
+async fn queue_keeps_group_order(b: Backend) {
+    let e = env(b).await;
+    let q = &e.p.queue;
+    let sent = [("a1", "G-A"), ("a2", "G-A"), ("b1", "G-B"), ("a3", "G-A")];
+    for (id, group) in sent {
+        q.send(&message(id, "pln", ActionType::OrderSubmitCl), group, id)
+            .await
+            .unwrap();
+    }
+    let order = |g: &str| -> Vec<String> {
+        sent.iter()
+            .filter(|(_, gg)| *gg == g)
+            .map(|(id, _)| id.to_string())
+            .collect()
+    };
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut rounds = 0;
+    while seen.values().map(Vec::len).sum::<usize>() < sent.len() {
+        rounds += 1;
+        assert!(rounds <= sent.len(), "messages lost: seen {seen:?}");
+        let batch = q.receive(QueueTarget::Orders, 10, 30_000).await.unwrap();
+        assert!(!batch.is_empty(), "nothing delivered; seen {seen:?}");
+        let mut in_batch: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for d in &batch {
+            let g = d.group.clone().expect("a FIFO delivery names its group");
+            in_batch.entry(g).or_default().push(action_of(&d.body));
+        }
+        if rounds == 1 {
+            assert_eq!(
+                in_batch.keys().collect::<Vec<_>>(),
+                vec!["G-A", "G-B"],
+                "the first receive serves every group"
+            );
+        }
+        for (g, ids) in &in_batch {
+            let done = seen.get(g).map(Vec::len).unwrap_or(0);
+            assert_eq!(
+                ids[..],
+                order(g)[done..done + ids.len()],
+                "group {g} out of order (seen {seen:?})"
+            );
+        }
+        // Everything delivered is in flight: its groups deliver nothing more meanwhile.
+        let blocked = q.receive(QueueTarget::Orders, 10, 30_000).await.unwrap();
+        for d in &blocked {
+            assert!(
+                !in_batch.contains_key(d.group.as_deref().unwrap_or("")),
+                "{} delivered while its group had a message in flight",
+                action_of(&d.body)
+            );
+        }
+        for d in batch.iter().chain(&blocked) {
+            seen.entry(d.group.clone().unwrap())
+                .or_default()
+                .push(action_of(&d.body));
+            q.ack(QueueTarget::Orders, &d.receipt).await.unwrap();
+        }
+    }
+    assert_eq!(seen.get("G-A"), Some(&order("G-A")));
+    assert_eq!(seen.get("G-B"), Some(&order("G-B")));
+    assert!(q
+        .receive(QueueTarget::Orders, 10, 30_000)
+        .await
+        .unwrap()
+        .is_empty());
+}
+both!(queue_keeps_group_order);
+
+/// An expired record counts as absent, so its former lease owner no longer holds it:
+/// `mark_sent` after `expires_at` must not write the key or mark the action sent.
+async fn mark_sent_on_an_expired_key_is_refused(b: Backend) {
+    let e = env(b).await;
+    let mut c = bare("k-mexp");
+    c.key.expires_at = NOW + 1_000;
+    c.action = Some(action("act-mexp", "pln-none", "ACC-1", "k-mexp"));
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    let decided = KeyRecord {
+        state: KeyState::Decided {
+            decision: Decision::Queued {
+                action_id: "act-mexp".into(),
+                plan_id: "pln-none".into(),
+                queue_target: QueueTarget::Orders,
+                resource_refs: ResourceRefs::default(),
+            },
+        },
+        ..c.key.clone()
+    };
+    let later = NOW + 5_000;
+    let wrote =
+        e.p.ledger
+            .mark_sent(&decided, "owner-1", "act-mexp", later)
+            .await
+            .unwrap();
+    let enqueued =
+        e.p.actions
+            .get_action("act-mexp")
+            .await
+            .unwrap()
+            .unwrap()
+            .enqueued_at;
+    assert_eq!(
+        (wrote, enqueued),
+        (false, None),
+        "mark_sent succeeded on a key that expired before it"
+    );
+}
+both!(mark_sent_on_an_expired_key_is_refused);
