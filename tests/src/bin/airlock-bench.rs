@@ -1001,6 +1001,7 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
         ("AIRLOCK_WORKERS", o.workers.as_str()),
     ];
     let s = Server::start(&env);
+    no_position_limit(&s);
     let service = s.service_token();
     let operators: Vec<(String, String)> = if shared {
         vec![(
@@ -1187,6 +1188,16 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
 }
 
 /// ERROR lines of the server log, grouped by their `cause` field.
+/// The bench's orders stay open while the workers are off, and position limits count open
+/// orders: a policy without a practical position limit keeps every pair executable, so the
+/// figures measure the protocol, not the limit.
+fn no_position_limit(s: &Server) {
+    let file = s.state_dir.join("bench-policy.json");
+    std::fs::write(&file, r#"{"version": "bench", "max_position": 4000000000}"#)
+        .expect("write the bench policy");
+    s.cli(&["policy", "set", file.to_str().expect("utf-8 path")]);
+}
+
 fn server_errors(state_dir: &Path) -> String {
     let log = std::fs::read_to_string(state_dir.join("serve.log")).unwrap_or_default();
     let mut causes: BTreeMap<String, u64> = BTreeMap::new();
@@ -1472,6 +1483,7 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
         ("AIRLOCK_WORKERS", "off"),
     ];
     let s = Server::start(&env_off);
+    no_position_limit(&s);
     let service = s.service_token();
     let traders = bench_traders(&s, o.stream_clients);
     let t = Instant::now();
@@ -1699,6 +1711,7 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
         ("AIRLOCK_WORKERS", "on"),
     ];
     let s = Server::start(&env_on);
+    no_position_limit(&s);
     let service = s.service_token();
     let traders = bench_traders(&s, clients);
     let begin = Instant::now() + o.warmup;
