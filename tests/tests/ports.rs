@@ -1108,18 +1108,13 @@ async fn queue_dedup_outlives_the_ack(b: Backend) {
     );
 }
 
-mod queue_dedup_outlives_the_ack {
-    #[tokio::test]
-    async fn embedded() {
-        super::queue_dedup_outlives_the_ack(airlock_tests::Backend::Embedded).await
-    }
-    #[tokio::test]
-    #[ignore = "emulator gap: moto (sqs/models.py add_message) compares a FIFO dedup id only \
-                with messages still in the queue, so after the delete a resend is delivered \
-                again; real SQS keeps the id for 5 minutes from the send"]
-    async fn aws() {
-        super::queue_dedup_outlives_the_ack(airlock_tests::Backend::Aws).await
-    }
+// The embedded queue only: moto compares a FIFO deduplication id only with messages still
+// in the queue (sqs/models.py add_message), so after the delete it delivers a resend again,
+// where real SQS keeps the id for 5 minutes from the send. A test of the emulator's gap
+// would prove nothing about SQS.
+#[tokio::test]
+async fn queue_dedup_outlives_the_ack_embedded() {
+    queue_dedup_outlives_the_ack(airlock_tests::Backend::Embedded).await
 }
 
 /// What both backends guarantee on the FIFO orders queue: each group's messages come in
