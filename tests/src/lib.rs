@@ -228,6 +228,19 @@ impl Server {
         .start(env)
     }
 
+    /// A server at [`MARKET_OPEN`] with the workers on, quick retries (100 ms) and a short
+    /// visibility timeout (1 s), plus `extra` environment.
+    pub fn with_workers(b: Backend, extra: &[(&str, &str)]) -> Server {
+        let mut env = vec![
+            ("AIRLOCK_NOW", MARKET_OPEN),
+            ("AIRLOCK_WORKERS", "on"),
+            ("AIRLOCK_WORKER_RETRY_MS", "100"),
+            ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+        ];
+        env.extend_from_slice(extra);
+        Server::start_on(b, &env)
+    }
+
     /// Stops the process (SIGKILL: a crash) and keeps its state for a restart.
     pub fn crash(mut self) -> Stack {
         self.stop();

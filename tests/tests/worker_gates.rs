@@ -12,17 +12,6 @@ use serde_json::{json, Value};
 /// Two minutes after [`MARKET_OPEN`]: a first attempt's lease has run out.
 const LATER: &str = "2026-11-23T15:02:00Z";
 
-fn workers_on(b: Backend, extra: &[(&str, &str)]) -> Server {
-    let mut env = vec![
-        ("AIRLOCK_NOW", MARKET_OPEN),
-        ("AIRLOCK_WORKERS", "on"),
-        ("AIRLOCK_WORKER_RETRY_MS", "100"),
-        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
-    ];
-    env.extend_from_slice(extra);
-    Server::start_on(b, &env)
-}
-
 fn restart_with_workers(stack: Stack, now: &str, extra: &[(&str, &str)]) -> Server {
     let mut env = vec![
         ("AIRLOCK_NOW", now),
@@ -96,7 +85,7 @@ both!(an_order_whose_fill_overflows_does_not_stop_the_workers);
 async fn an_order_whose_fill_overflows_does_not_stop_the_workers(b: Backend) {
     // ACC-1 holds 3 CLF27 at 68.40; at the largest decimal price, the weighted average of a
     // buy used to overflow (a panic that killed the order consumer for every account).
-    let s = workers_on(b, &[]);
+    let s = Server::with_workers(b, &[]);
     let t = s.trader();
     s.cli(&["prices", "CLF27", "79228162514264337593543950335"]);
     let extreme = submit(
@@ -128,7 +117,7 @@ async fn an_order_whose_fill_overflows_does_not_stop_the_workers(b: Backend) {
 
 both!(a_panicking_message_fails_alone_and_the_workers_go_on);
 async fn a_panicking_message_fails_alone_and_the_workers_go_on(b: Backend) {
-    let s = workers_on(b, &[("AIRLOCK_FAILPOINTS", "worker.panic")]);
+    let s = Server::with_workers(b, &[("AIRLOCK_FAILPOINTS", "worker.panic")]);
     let t = s.trader();
     let panics = submit(&t, market("ACC-1", "CLF27", "buy", 1), "panic-1", "panic").await;
     let a = t.settled(&id(&panics, "action_id")).await;
@@ -160,7 +149,7 @@ async fn a_panicking_message_fails_alone_and_the_workers_go_on(b: Backend) {
 both!(queued_orders_meet_the_kill_switch_at_the_worker);
 async fn queued_orders_meet_the_kill_switch_at_the_worker(b: Backend) {
     // A resting limit order, at the broker.
-    let s = workers_on(b, &[]);
+    let s = Server::with_workers(b, &[]);
     let t = s.trader();
     let rest = submit(&t, resting_limit(), "ks-rest", "call-ks-rest").await;
     assert_eq!(
@@ -488,7 +477,7 @@ async fn a_forged_queue_message_is_refused_and_the_stored_order_runs(b: Backend)
 
 both!(an_order_the_broker_accepted_is_not_failed_when_only_its_record_failed);
 async fn an_order_the_broker_accepted_is_not_failed_when_only_its_record_failed(b: Backend) {
-    let s = workers_on(b, &[("AIRLOCK_FAILPOINTS", "worker.record_fails")]);
+    let s = Server::with_workers(b, &[("AIRLOCK_FAILPOINTS", "worker.record_fails")]);
     let t = s.trader();
     let e = submit(
         &t,
@@ -508,7 +497,7 @@ async fn an_order_the_broker_accepted_is_not_failed_when_only_its_record_failed(
 both!(a_cancel_does_not_wait_behind_a_failing_submission_of_its_account);
 async fn a_cancel_does_not_wait_behind_a_failing_submission_of_its_account(b: Backend) {
     // A failing submission holds its account's group for 3 + 6 + 9 + 12 s of retries.
-    let s = workers_on(
+    let s = Server::with_workers(
         b,
         &[
             ("AIRLOCK_FAILPOINTS", "worker.poison"),

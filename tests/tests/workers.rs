@@ -6,17 +6,6 @@ use std::time::Duration;
 use airlock_tests::{both, Api, Backend, Resp, Server, MARKET_OPEN};
 use serde_json::{json, Value};
 
-fn workers_on(b: Backend, extra: &[(&str, &str)]) -> Server {
-    let mut env = vec![
-        ("AIRLOCK_NOW", MARKET_OPEN),
-        ("AIRLOCK_WORKERS", "on"),
-        ("AIRLOCK_WORKER_RETRY_MS", "100"),
-        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
-    ];
-    env.extend_from_slice(extra);
-    Server::start_on(b, &env)
-}
-
 fn broker_orders(s: &Server, account: &str) -> usize {
     let book: Value = serde_json::from_str(&s.cli(&["broker-book", account])).unwrap();
     book["orders"].as_object().map(|o| o.len()).unwrap_or(0)
@@ -42,7 +31,7 @@ fn market(qty: u32) -> Value {
 
 both!(a_market_order_fills_and_moves_the_position);
 async fn a_market_order_fills_and_moves_the_position(b: Backend) {
-    let s = workers_on(b, &[]);
+    let s = Server::with_workers(b, &[]);
     let t = s.trader();
     assert_eq!(t.position("ACC-1", "CLF27").await, 3);
     let e = execute_order(&t, market(2), "w-1", "call-1").await;
@@ -95,7 +84,7 @@ async fn the_same_message_three_times_is_one_broker_order(b: Backend) {
 
 both!(a_worker_that_dies_after_the_broker_accepted_does_not_order_twice);
 async fn a_worker_that_dies_after_the_broker_accepted_does_not_order_twice(b: Backend) {
-    let s = workers_on(b, &[("AIRLOCK_FAILPOINTS", "worker.after_broker")]);
+    let s = Server::with_workers(b, &[("AIRLOCK_FAILPOINTS", "worker.after_broker")]);
     let t = s.trader();
     let e = execute_order(&t, market(3), "die-1", "call-die").await;
     let action_id = e["action_id"].as_str().unwrap().to_string();
@@ -132,7 +121,7 @@ async fn a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twi
         ("AIRLOCK_FAILPOINTS", "worker.after_broker"),
         ("AIRLOCK_WORKER_VISIBILITY_MS", visibility),
     ];
-    let s = workers_on(b, &slow);
+    let s = Server::with_workers(b, &slow);
     let t = s.trader();
     let e = execute_order(&t, market(3), "die-sync-1", "call-die-sync").await;
     let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
@@ -166,7 +155,7 @@ async fn a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twi
 
 both!(a_poison_message_is_dead_lettered_and_its_action_fails);
 async fn a_poison_message_is_dead_lettered_and_its_action_fails(b: Backend) {
-    let s = workers_on(b, &[("AIRLOCK_FAILPOINTS", "worker.poison")]);
+    let s = Server::with_workers(b, &[("AIRLOCK_FAILPOINTS", "worker.poison")]);
     let t = s.trader();
     let poison = execute_order(&t, market(1), "poison-1", "poison").await;
     let fine = execute_order(&t, json!({"account_id": "ACC-2", "symbol": "CLF27", "side": "sell", "quantity": 1, "order_type": "market"}), "fine-1", "call-fine").await;
@@ -195,7 +184,7 @@ async fn a_poison_message_is_dead_lettered_and_its_action_fails(b: Backend) {
 
 both!(limits_rest_until_the_price_crosses_and_cancels_stop_them);
 async fn limits_rest_until_the_price_crosses_and_cancels_stop_them(b: Backend) {
-    let s = workers_on(b, &[]);
+    let s = Server::with_workers(b, &[]);
     let t = s.trader();
     let limit = |px: &str| json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit", "limit_price": px, "time_in_force": "gtc"});
     let a = execute_order(&t, limit("66.00"), "lim-1", "call-lim-1").await;
@@ -255,7 +244,7 @@ async fn limits_rest_until_the_price_crosses_and_cancels_stop_them(b: Backend) {
 
 both!(positions_sync_rebuilds_from_the_broker_and_records_what_changed);
 async fn positions_sync_rebuilds_from_the_broker_and_records_what_changed(b: Backend) {
-    let s = workers_on(b, &[]);
+    let s = Server::with_workers(b, &[]);
     let t = s.trader();
     assert_eq!(t.position("ACC-2", "CLF27").await, 10);
     let p = t

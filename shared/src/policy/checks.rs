@@ -403,16 +403,21 @@ fn position_limit(i: &OrderInputs) -> RiskCheck {
     }
 }
 
-/// Limit and stop prices within the policy's band around the reference price. Checked
-/// arithmetic throughout: a price near the decimal limits fails the check, never panics.
-fn price_band(i: &OrderInputs) -> RiskCheck {
-    let prices: Vec<(&str, Price)> = [
+/// The order's limit and stop prices that are set, by field name.
+fn order_prices<'a>(i: &OrderInputs<'a>) -> Vec<(&'static str, Price)> {
+    [
         ("limit_price", i.order.limit_price),
         ("stop_price", i.order.stop_price),
     ]
     .into_iter()
     .filter_map(|(n, p)| p.map(|p| (n, p)))
-    .collect();
+    .collect()
+}
+
+/// Limit and stop prices within the policy's band around the reference price. Checked
+/// arithmetic throughout: a price near the decimal limits fails the check, never panics.
+fn price_band(i: &OrderInputs) -> RiskCheck {
+    let prices = order_prices(i);
     if prices.is_empty() {
         return RiskCheck::pass("price_band", "no price to check");
     }
@@ -456,13 +461,7 @@ fn price_band(i: &OrderInputs) -> RiskCheck {
 }
 
 fn price_on_tick(i: &OrderInputs) -> RiskCheck {
-    let prices: Vec<(&str, Price)> = [
-        ("limit_price", i.order.limit_price),
-        ("stop_price", i.order.stop_price),
-    ]
-    .into_iter()
-    .filter_map(|(n, p)| p.map(|p| (n, p)))
-    .collect();
+    let prices = order_prices(i);
     if prices.is_empty() {
         return RiskCheck::pass("price_on_tick", "no price to check");
     }
