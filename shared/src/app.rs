@@ -12,11 +12,18 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::pagination::CursorCodec;
 use crate::policy::Policy;
+use crate::ports::Prices;
 use crate::ports::{
     AccountStore, ActionStore, AuditLog, ControlStore, ExecuteLedger, JobStore, OrderStore,
     PlanStore, PositionStore, Queue, ReadModelWriter, Signer,
 };
+use crate::protocol::execute::{Dispatch, Executor};
+use crate::protocol::plan::Planner;
+use crate::protocol::reads::Reads;
 use crate::token::ConfirmationVerifier;
+use crate::worker::consumer::Consumer;
+use crate::worker::sweeper::Sweeper;
+use crate::worker::Worker;
 
 /// The ports, one field per capability.
 #[derive(Clone)]
@@ -34,16 +41,18 @@ pub struct Ports {
     pub signer: Arc<dyn Signer>,
     pub read_models: Arc<dyn ReadModelWriter>,
     pub workers: Arc<dyn crate::ports::WorkerStore>,
-    pub broker: Arc<dyn crate::worker::broker::Broker>,
+    pub broker: Arc<dyn crate::ports::broker::Broker>,
+    /// Reference prices for the price band (the paper broker's table).
+    pub prices: Arc<dyn Prices>,
     /// The paper broker behind `broker` (its prices and book), for seeding and the CLI.
-    pub paper: Arc<crate::worker::paper::PaperBroker>,
+    pub paper: Arc<crate::adapters::paper_broker::PaperBroker>,
 }
 
 impl Ports {
     /// Every port on one SQLite database, tokens signed by a local key.
     pub fn sqlite(db: &Sqlite, signer: Arc<dyn Signer>) -> Ports {
         let db = Arc::new(db.clone());
-        let paper = Arc::new(crate::worker::paper::PaperBroker::new(db.clone()));
+        let paper = Arc::new(crate::adapters::paper_broker::PaperBroker::new(db.clone()));
         Ports {
             accounts: db.clone(),
             positions: db.clone(),
@@ -59,28 +68,129 @@ impl Ports {
             read_models: db.clone(),
             workers: db.clone(),
             broker: paper.clone(),
+            prices: paper.clone(),
             paper,
         }
     }
 }
 
+/// What every front door gets (the REST handlers, the consumers, the CLI): the use cases,
+/// built once per process (per cold start in Lambda), each holding only the ports and
+/// settings it uses. `ports` is for the CLI and the demo seed; no use case sees it.
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Config>,
     pub clock: SharedClock,
     pub auth: Arc<Authenticator>,
-    pub cursors: CursorCodec,
-    pub confirmations: Arc<ConfirmationVerifier>,
     /// The process's policy: the state dir's `policy.json`, or the defaults. A policy in
-    /// the control record takes precedence (see [`AppState::policy_for`]).
+    /// the control record takes precedence (see [`crate::policy::in_force`]).
     pub policy: Arc<Policy>,
+    pub plan: Arc<Planner>,
+    pub execute: Arc<Executor>,
+    pub reads: Arc<Reads>,
+    pub worker: Arc<Worker>,
+    pub sweeper: Arc<Sweeper>,
     pub ports: Ports,
 }
 
 impl AppState {
+    /// Builds every use case from the ports and the configuration.
+    pub fn new(
+        config: Config,
+        clock: SharedClock,
+        auth: Authenticator,
+        cursors: CursorCodec,
+        policy: Policy,
+        ports: Ports,
+    ) -> AppState {
+        let policy = Arc::new(policy);
+        let dispatch = Dispatch {
+            queue: ports.queue.clone(),
+            ledger: ports.ledger.clone(),
+        };
+        let plan = Planner {
+            clock: clock.clone(),
+            policy: policy.clone(),
+            confirmation_ttl_s: config.confirmation_ttl_s,
+            confirmation_audience: config.confirmation_audience.clone(),
+            accounts: ports.accounts.clone(),
+            positions: ports.positions.clone(),
+            orders: ports.orders.clone(),
+            control: ports.control.clone(),
+            plans: ports.plans.clone(),
+            prices: ports.prices.clone(),
+            signer: ports.signer.clone(),
+        };
+        let execute = Executor {
+            clock: clock.clone(),
+            policy: policy.clone(),
+            lease_ms: config.execute_lease_ms,
+            rate_per_minute: config.execute_rate_per_minute,
+            confirmations: Arc::new(ConfirmationVerifier::new(
+                &config.confirmation_audience,
+                ports.signer.clone(),
+            )),
+            ledger: ports.ledger.clone(),
+            audit: ports.audit.clone(),
+            accounts: ports.accounts.clone(),
+            positions: ports.positions.clone(),
+            actions: ports.actions.clone(),
+            dispatch: dispatch.clone(),
+        };
+        let reads = Reads {
+            accounts: ports.accounts.clone(),
+            positions: ports.positions.clone(),
+            orders: ports.orders.clone(),
+            jobs: ports.jobs.clone(),
+            actions: ports.actions.clone(),
+            cursors,
+        };
+        let worker = Arc::new(Worker {
+            clock: clock.clone(),
+            policy: policy.clone(),
+            visibility_ms: config.worker_visibility_ms,
+            accounts: ports.accounts.clone(),
+            positions: ports.positions.clone(),
+            orders: ports.orders.clone(),
+            actions: ports.actions.clone(),
+            control: ports.control.clone(),
+            store: ports.workers.clone(),
+            broker: ports.broker.clone(),
+        });
+        let sweeper = Sweeper {
+            clock: clock.clone(),
+            sweep_after_ms: config.sweep_after_ms,
+            lease_ms: config.execute_lease_ms,
+            actions: ports.actions.clone(),
+            audit: ports.audit.clone(),
+            dispatch,
+            worker: worker.clone(),
+        };
+        AppState {
+            config: Arc::new(config),
+            clock,
+            auth: Arc::new(auth),
+            policy,
+            plan: Arc::new(plan),
+            execute: Arc::new(execute),
+            reads: Arc::new(reads),
+            worker,
+            sweeper: Arc::new(sweeper),
+            ports,
+        }
+    }
+
     /// The policy in force under this control record.
     pub fn policy_for<'a>(&'a self, control: &'a crate::records::Control) -> &'a Policy {
-        control.policy.as_ref().unwrap_or(&self.policy)
+        crate::policy::in_force(&self.policy, control)
+    }
+
+    /// A consumer of one queue's messages, for `airlock serve`.
+    pub fn consumer(&self) -> Consumer {
+        Consumer {
+            worker: self.worker.clone(),
+            queue: self.ports.queue.clone(),
+        }
     }
 }
 
@@ -202,7 +312,7 @@ impl Ports {
     /// Every store on DynamoDB, queues on SQS, tokens signed by KMS.
     pub fn aws(aws: &crate::adapters::aws::Aws, signer: Arc<dyn Signer>) -> Ports {
         let a = Arc::new(aws.clone());
-        let paper = Arc::new(crate::worker::paper::PaperBroker::new(a.clone()));
+        let paper = Arc::new(crate::adapters::paper_broker::PaperBroker::new(a.clone()));
         Ports {
             accounts: a.clone(),
             positions: a.clone(),
@@ -218,6 +328,7 @@ impl Ports {
             read_models: a.clone(),
             workers: a.clone(),
             broker: paper.clone(),
+            prices: paper.clone(),
             paper,
         }
     }
@@ -269,18 +380,16 @@ pub async fn aws(cfg: Config, clock: SharedClock, dev_issuer: bool) -> Result<Ap
         &aws.names.signing_key_id,
     ));
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
-    Ok(AppState {
-        auth: Arc::new(authenticator(&cfg, dev_issuer)?),
-        cursors: CursorCodec::new(cursor_key(&cfg)?),
-        confirmations: Arc::new(ConfirmationVerifier::new(
-            &cfg.confirmation_audience,
-            signer.clone(),
-        )),
-        policy: Arc::new(policy),
-        ports: Ports::aws(&aws, signer),
-        config: Arc::new(cfg),
+    let auth = authenticator(&cfg, dev_issuer)?;
+    let cursors = CursorCodec::new(cursor_key(&cfg)?);
+    Ok(AppState::new(
+        cfg,
         clock,
-    })
+        auth,
+        cursors,
+        policy,
+        Ports::aws(&aws, signer),
+    ))
 }
 
 /// The embedded stack: SQLite in the state dir, local keys, the policy file if present.
@@ -290,18 +399,15 @@ pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), S
     let signer: Arc<dyn Signer> = Arc::new(LocalSigner::new(LOCAL_CONFIRMATION_KID, &confirm_key)?);
     let cursor_key = cursor_key(&cfg)?;
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
-    let state = AppState {
-        auth: Arc::new(authenticator(&cfg, true)?),
-        cursors: CursorCodec::new(cursor_key),
-        confirmations: Arc::new(ConfirmationVerifier::new(
-            &cfg.confirmation_audience,
-            signer.clone(),
-        )),
-        policy: Arc::new(policy),
-        ports: Ports::sqlite(&db, signer),
-        config: Arc::new(cfg),
+    let auth = authenticator(&cfg, true)?;
+    let state = AppState::new(
+        cfg,
         clock,
-    };
+        auth,
+        CursorCodec::new(cursor_key),
+        policy,
+        Ports::sqlite(&db, signer),
+    );
     Ok((state, db))
 }
 

@@ -3,6 +3,8 @@
 //! adapters on DynamoDB, SQS and KMS. Adapters stay dumb: they store, load and check the
 //! conditions they are given; every decision lives in `protocol`.
 
+pub mod broker;
+
 use async_trait::async_trait;
 
 use crate::auth::DeskScope;
@@ -154,10 +156,7 @@ pub struct Reservation {
 impl Reservation {
     /// Whether the exposure leaves room for this reservation.
     pub fn fits(&self, e: &Exposure) -> bool {
-        match self.side {
-            Side::Buy => e.worst_long() <= self.bound,
-            Side::Sell => e.worst_short() >= self.bound,
-        }
+        e.leaves_room(self.side, self.bound)
     }
 }
 
@@ -402,4 +401,12 @@ pub struct PaperDoc {
     pub key: String,
     pub doc: serde_json::Value,
     pub expected_version: u64,
+}
+
+/// Reference prices (the paper broker's price table; a market data feed in production): the
+/// price-band check compares a limit or stop price with them.
+#[async_trait]
+pub trait Prices: Send + Sync {
+    /// The reference price of a contract (`CLZ26`), if one is known.
+    async fn reference_price(&self, symbol: &str) -> StoreResult<Option<crate::domain::Price>>;
 }

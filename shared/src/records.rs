@@ -1,55 +1,12 @@
 //! What the ports store: plans, idempotency records, actions, audit records, the control
 //! record, rate-limit state and queue messages. Both backends store exactly these.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{ActionStatus, ActionType, Millis, QueueTarget};
 use crate::error::FieldError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CheckStatus {
-    Pass,
-    Warn,
-    Fail,
-}
-
-/// One named pre-trade check and its outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RiskCheck {
-    pub name: String,
-    pub status: CheckStatus,
-    pub reason: String,
-}
-
-impl RiskCheck {
-    pub fn pass(name: &str, reason: impl Into<String>) -> Self {
-        RiskCheck {
-            name: name.into(),
-            status: CheckStatus::Pass,
-            reason: reason.into(),
-        }
-    }
-    pub fn warn(name: &str, reason: impl Into<String>) -> Self {
-        RiskCheck {
-            name: name.into(),
-            status: CheckStatus::Warn,
-            reason: reason.into(),
-        }
-    }
-    pub fn fail(name: &str, reason: impl Into<String>) -> Self {
-        RiskCheck {
-            name: name.into(),
-            status: CheckStatus::Fail,
-            reason: reason.into(),
-        }
-    }
-    pub fn failed(&self) -> bool {
-        self.status == CheckStatus::Fail
-    }
-}
+pub use crate::policy::{CheckStatus, Control, RiskCheck, RolloutMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -207,77 +164,6 @@ pub struct QueueMessage {
 }
 
 pub const QUEUE_MESSAGE_SCHEMA: &str = "airlock.action.v1";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RolloutMode {
-    Disabled,
-    PlanOnly,
-    Execute,
-}
-
-impl std::str::FromStr for RolloutMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "disabled" => Ok(RolloutMode::Disabled),
-            "plan_only" => Ok(RolloutMode::PlanOnly),
-            "execute" => Ok(RolloutMode::Execute),
-            _ => Err("expected disabled, plan_only or execute".into()),
-        }
-    }
-}
-
-/// The global control record: the kill switch and per-action rollout modes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Control {
-    pub trade_execute_enabled: bool,
-    pub rollout: BTreeMap<String, RolloutMode>,
-    pub updated_at: Millis,
-    pub updated_by: String,
-    pub reason: Option<String>,
-    /// The risk policy in force, when set here (`airlock policy set`); otherwise the
-    /// process's own (the state dir's `policy.json`, or the defaults).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<crate::policy::Policy>,
-    /// Bumped by every write; each write is conditional on the version it read, so two
-    /// operators' changes never undo each other. 0: never written.
-    #[serde(default)]
-    pub version: u64,
-}
-
-impl Default for Control {
-    fn default() -> Self {
-        Control {
-            trade_execute_enabled: true,
-            rollout: ActionType::ALL
-                .iter()
-                .map(|a| (a.as_str().to_string(), RolloutMode::Execute))
-                .collect(),
-            updated_at: 0,
-            updated_by: "default".into(),
-            reason: None,
-            policy: None,
-            version: 0,
-        }
-    }
-}
-
-impl Control {
-    /// Unlisted action types are disabled: a new action never runs by accident.
-    pub fn mode(&self, a: ActionType) -> RolloutMode {
-        self.rollout
-            .get(a.as_str())
-            .copied()
-            .unwrap_or(RolloutMode::Disabled)
-    }
-
-    /// Whether an execute of `a` may go through now.
-    pub fn allows_execute(&self, a: ActionType) -> bool {
-        (self.trade_execute_enabled || !a.is_order_submission())
-            && self.mode(a) == RolloutMode::Execute
-    }
-}
 
 /// Accepted executes of one operator: the count in the current minute bucket and in the one
 /// before it, for a sliding-window estimate of the last 60 seconds (constant size, and

@@ -109,7 +109,7 @@ pub async fn load_demo_all(ports: &crate::app::Ports, now: Millis) -> StoreResul
     load_demo(ports.read_models.as_ref(), now).await?;
     ports.paper.set_prices(&demo_prices(now)).await?;
     let [c1, c2, c3] = demo_contracts(now).map(|c| c.symbol());
-    let bp = |s: &str, q: i64, px: &str| crate::worker::broker::BrokerPosition {
+    let bp = |s: &str, q: i64, px: &str| crate::ports::broker::BrokerPosition {
         symbol: s.to_string(),
         quantity: q,
         avg_price: p(px),

@@ -8,6 +8,6 @@ async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
     let state = app::from_env().await?;
     // The only function that verifies confirmation tokens: load their key at init.
-    state.confirmations.preload().await?;
+    state.execute.confirmations.preload().await?;
     lambda_http::run(http::app(handlers::execute::routes(), state)).await
 }

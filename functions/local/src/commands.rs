@@ -6,7 +6,7 @@ use airlock::app::{self, AppState, Backend};
 use airlock::clock::{OffsetClock, SharedClock};
 use airlock::config::Config;
 use airlock::domain::{human_time, ActionType};
-use airlock::protocol::{control, sweeper};
+use airlock::protocol::control;
 use airlock::records::RolloutMode;
 use clap::Subcommand;
 
@@ -126,22 +126,22 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
 
 pub async fn serve(cfg: Config, backend: Backend, addr: &str, workers: bool) -> Result<(), String> {
     let state = state(cfg, backend).await?;
-    state.confirmations.preload().await?;
+    state.execute.confirmations.preload().await?;
     if workers {
         let opts = airlock::worker::consumer::ConsumerOptions::from_config(&state.config);
         for q in [
             airlock::domain::QueueTarget::Orders,
             airlock::domain::QueueTarget::Jobs,
         ] {
-            tokio::spawn(airlock::worker::consumer::run(state.clone(), q, opts));
+            tokio::spawn(airlock::worker::consumer::run(state.consumer(), q, opts));
         }
     }
-    let sweep = state.clone();
+    let sweep = state.sweeper.clone();
+    let every = std::time::Duration::from_millis(state.config.sweep_interval_ms);
     tokio::spawn(async move {
-        let every = std::time::Duration::from_millis(sweep.config.sweep_interval_ms);
         loop {
             tokio::time::sleep(every).await;
-            if let Err(e) = sweeper::sweep_once(&sweep).await {
+            if let Err(e) = sweep.sweep_once().await {
                 tracing::error!(error = %e, "sweeper pass failed");
             }
         }
@@ -361,7 +361,9 @@ pub async fn prices(
             .set_prices(&std::collections::BTreeMap::from([(c.symbol(), p)]))
             .await
             .map_err(|e| e.to_string())?;
-        let n = airlock::worker::reconcile_working_orders(&state)
+        let n = state
+            .worker
+            .reconcile_working_orders()
             .await
             .map_err(|e| e.to_string())?;
         eprintln!("{} set to {p}; {n} working order(s) changed", c.symbol());

@@ -9,10 +9,10 @@ use lambda_runtime::{run, service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     telemetry::init();
-    let state = app::from_env().await?;
-    let state = &state;
+    let worker = app::from_env().await?.worker;
+    let worker = worker.as_ref();
     run(service_fn(move |e: LambdaEvent<SqsEvent>| async move {
-        Ok::<_, lambda_runtime::Error>(worker::lambda::handle_batch(state, e.payload).await)
+        Ok::<_, lambda_runtime::Error>(worker::lambda::handle_batch(worker, e.payload).await)
     }))
     .await
 }

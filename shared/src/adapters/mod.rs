@@ -4,4 +4,5 @@
 pub mod aws;
 pub mod keys;
 pub mod local_signer;
+pub mod paper_broker;
 pub mod sqlite;

@@ -5,6 +5,7 @@
 
 pub mod calendar;
 pub mod cl;
+pub mod fills;
 
 use std::fmt;
 use std::str::FromStr;
@@ -362,6 +363,16 @@ impl Exposure {
     /// The position if every open sell fills and no open buy does.
     pub fn worst_short(&self) -> i64 {
         self.position.saturating_sub(self.open_sell)
+    }
+
+    /// Whether one more order on `side` leaves the worst case on that side within `bound`
+    /// (before the order's own contracts are added): for a buy `worst_long <= bound`, for a
+    /// sell `worst_short >= bound`.
+    pub fn leaves_room(&self, side: Side, bound: i64) -> bool {
+        match side {
+            Side::Buy => self.worst_long() <= bound,
+            Side::Sell => self.worst_short() >= bound,
+        }
     }
 }
 

@@ -11,7 +11,6 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
-use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/accounts"), get(handler))
@@ -25,6 +24,6 @@ async fn handler(
     let mut q = QueryParams::parse(uri.query())?;
     let page = q.page()?;
     q.finish()?;
-    let l = reads::accounts(&st, &caller, &page).await?;
+    let l = st.reads.accounts(&caller, &page).await?;
     Ok(Json(views::listing("accounts", &l, views::account)))
 }

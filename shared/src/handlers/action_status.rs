@@ -13,7 +13,6 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, PathId, QueryParams};
-use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/actions/{action_id}"), get(handler))
@@ -26,6 +25,6 @@ async fn handler(
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     QueryParams::parse(uri.query())?.finish()?;
-    let a = reads::action(&st, &caller, &action_id).await?;
+    let a = st.reads.action(&caller, &action_id).await?;
     Ok(Json(views::action(&a)))
 }

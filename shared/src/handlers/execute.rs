@@ -11,7 +11,7 @@ use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{check_ident, Authed, JsonBody, QueryParams};
 use crate::http::observe::current_request_id;
-use crate::protocol::execute::{self, ExecuteOutcome, ExecuteRequest, RequestFacts};
+use crate::protocol::execute::{ExecuteOutcome, ExecuteRequest, RequestFacts};
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/actions/execute"), post(handler))
@@ -39,7 +39,7 @@ async fn handler(
         chat: req.chat_context.clone().unwrap_or_default(),
     };
     Ok(
-        match execute::execute(&st, &caller, req, header_key, facts).await? {
+        match st.execute.execute(&caller, req, header_key, facts).await? {
             ExecuteOutcome::Queued(a) => (StatusCode::ACCEPTED, Json(a)).into_response(),
             ExecuteOutcome::Duplicate(a) => (StatusCode::OK, Json(a)).into_response(),
         },

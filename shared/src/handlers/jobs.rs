@@ -12,7 +12,6 @@ use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
 use crate::ports::JobFilter;
-use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/jobs"), get(handler))
@@ -30,6 +29,6 @@ async fn handler(
     };
     let page = q.page()?;
     q.finish()?;
-    let l = reads::jobs(&st, &caller, filter, &page).await?;
+    let l = st.reads.jobs(&caller, filter, &page).await?;
     Ok(Json(views::listing("jobs", &l, views::job)))
 }

@@ -12,7 +12,6 @@ use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
 use crate::ports::OrderFilter;
-use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/orders"), get(handler))
@@ -30,6 +29,6 @@ async fn handler(
     };
     let page = q.page()?;
     q.finish()?;
-    let l = reads::orders(&st, &caller, filter, &page).await?;
+    let l = st.reads.orders(&caller, filter, &page).await?;
     Ok(Json(views::listing("orders", &l, views::order)))
 }

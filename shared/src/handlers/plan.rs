@@ -12,7 +12,7 @@ use crate::http::api;
 use crate::http::extract::check_text;
 use crate::http::extract::{Authed, JsonBody, QueryParams};
 use crate::http::observe::current_request_id;
-use crate::protocol::plan::{self, PlanRequest, PlanResponse};
+use crate::protocol::plan::{PlanRequest, PlanResponse};
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/actions/plan"), post(handler))
@@ -27,7 +27,7 @@ async fn handler(
     QueryParams::parse(uri.query())?.finish()?;
     check_plan_request(&req)?;
     Ok(Json(
-        plan::plan(&st, &caller, req, &current_request_id()).await?,
+        st.plan.plan(&caller, req, &current_request_id()).await?,
     ))
 }
 

@@ -11,7 +11,6 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
-use crate::protocol::reads;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/positions"), get(handler))
@@ -26,6 +25,9 @@ async fn handler(
     let account_id = q.ident("account_id")?;
     let page = q.page()?;
     q.finish()?;
-    let l = reads::positions(&st, &caller, account_id.as_deref(), &page).await?;
+    let l = st
+        .reads
+        .positions(&caller, account_id.as_deref(), &page)
+        .await?;
     Ok(Json(views::listing("positions", &l, views::position)))
 }

@@ -4,13 +4,13 @@
 use chrono::{DateTime, Utc};
 
 use super::Policy;
+use super::{Control, RiskCheck, RolloutMode};
 use crate::domain::calendar::{chicago_label, ExchangeCalendar, MarketState};
 use crate::domain::cl::ClContract;
 use crate::domain::{
     Account, AccountStatus, ActionType, Exposure, Order, OrderSubmitCl, OrderType, Price, Side,
     TimeInForce,
 };
-use crate::records::{Control, RiskCheck, RolloutMode};
 
 /// Everything an `order.submit.cl` check looks at.
 pub struct OrderInputs<'a> {
@@ -647,12 +647,8 @@ mod tests {
                     reference: None,
                 };
                 let checks_pass = !position_limit(&i).failed() && !expiry_window(&i).failed();
-                let r = crate::ports::Reservation {
-                    side: o.side,
-                    bound: reservation_bound(&i),
-                    delta: crate::domain::ExposureDelta::reserve("ACC-1", "CLF27", o.side, q as i64),
-                };
-                prop_assert_eq!(checks_pass, r.fits(&i.exposure), "exposure {:?} bound {}", i.exposure, r.bound);
+                let bound = reservation_bound(&i);
+                prop_assert_eq!(checks_pass, i.exposure.leaves_room(o.side, bound), "exposure {:?} bound {}", i.exposure, bound);
                 // Whatever passes, the worst case after the order is within the limit.
                 if checks_pass {
                     let after = worst_after(&i);

@@ -4,12 +4,14 @@
 //! results.
 
 mod checks;
+mod control;
 
 pub use checks::{
     check_order_cancel, check_order_submit, check_positions_sync, position_gate, recheck_at_worker,
     recheck_order_at_execute, recheck_order_without_position, reservation_bound, CancelInputs,
     OrderInputs,
 };
+pub use control::{Control, RolloutMode};
 
 use std::path::Path;
 
@@ -17,6 +19,55 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::calendar::ExchangeCalendar;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// One named pre-trade check and its outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RiskCheck {
+    pub name: String,
+    pub status: CheckStatus,
+    pub reason: String,
+}
+
+impl RiskCheck {
+    pub fn pass(name: &str, reason: impl Into<String>) -> Self {
+        RiskCheck {
+            name: name.into(),
+            status: CheckStatus::Pass,
+            reason: reason.into(),
+        }
+    }
+    pub fn warn(name: &str, reason: impl Into<String>) -> Self {
+        RiskCheck {
+            name: name.into(),
+            status: CheckStatus::Warn,
+            reason: reason.into(),
+        }
+    }
+    pub fn fail(name: &str, reason: impl Into<String>) -> Self {
+        RiskCheck {
+            name: name.into(),
+            status: CheckStatus::Fail,
+            reason: reason.into(),
+        }
+    }
+    pub fn failed(&self) -> bool {
+        self.status == CheckStatus::Fail
+    }
+}
+
+/// The policy in force: the control record's, when one is set there (`airlock policy
+/// set`), else the process's own (`default`: the state dir's `policy.json` or the defaults).
+pub fn in_force<'a>(default: &'a Policy, control: &'a Control) -> &'a Policy {
+    control.policy.as_ref().unwrap_or(default)
+}
 
 /// Limits and switches of the risk policy. Unknown fields in a policy file are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

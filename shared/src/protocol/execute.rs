@@ -11,12 +11,14 @@
 //! Conditions that changed under us (another request won a race) make the commit a
 //! conflict; we then read again and decide again, a bounded number of times.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::plan::{order_inputs_exposure, NormalizedOrder};
 use super::{not_found, sha256_hex, ChatContext};
-use crate::app::AppState;
 use crate::auth::{Caller, Permission, TokenFault};
+use crate::clock::SharedClock;
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::cl::ClContract;
 use crate::domain::ExposureDelta;
@@ -25,12 +27,17 @@ use crate::domain::{
     human_time, new_id, rfc3339, ActionStatus, ActionType, IdempotencyKey, Millis, QueueTarget,
 };
 use crate::error::{ApiError, Code};
+use crate::policy::Policy;
 use crate::policy::{self, OrderInputs};
-use crate::ports::{CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, Reservation};
+use crate::ports::{
+    AccountStore, ActionStore, AuditLog, CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger,
+    KeyCondition, PlanChange, PositionStore, Queue, Reservation,
+};
 use crate::records::{
     ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
     QueueMessage, RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
 };
+use crate::token::ConfirmationVerifier;
 
 /// How long a decided key replays its decision.
 pub const REPLAY_WINDOW_MS: Millis = 24 * 3600 * 1000;
@@ -71,7 +78,7 @@ pub struct RequestFacts<'a> {
 }
 
 struct Ctx<'a> {
-    state: &'a AppState,
+    state: &'a Executor,
     caller: &'a Caller,
     req: &'a ExecuteRequest,
     facts: &'a RequestFacts<'a>,
@@ -129,7 +136,6 @@ impl Ctx<'_> {
         let now = self.state.clock.now_ms();
         if let Err(err) = self
             .state
-            .ports
             .audit
             .append(&self.audit_rejection(now, &e, plan))
             .await
@@ -163,8 +169,49 @@ fn replayed_rejection(code: &str, message: &str, details: &[crate::error::FieldE
         .with_details(details.to_vec())
 }
 
-pub async fn execute(
-    state: &AppState,
+/// The execute use case, built once per process (`app.rs`) with the ports it uses.
+#[derive(Clone)]
+pub struct Executor {
+    pub clock: SharedClock,
+    /// The process's policy; a policy in the control record takes precedence.
+    pub policy: Arc<Policy>,
+    /// How long an attempt holds its idempotency key before another may take over.
+    pub lease_ms: Millis,
+    /// Per-operator decided executes per rolling minute.
+    pub rate_per_minute: u32,
+    pub confirmations: Arc<ConfirmationVerifier>,
+    pub ledger: Arc<dyn ExecuteLedger>,
+    pub audit: Arc<dyn AuditLog>,
+    pub accounts: Arc<dyn AccountStore>,
+    pub positions: Arc<dyn PositionStore>,
+    pub actions: Arc<dyn ActionStore>,
+    pub dispatch: Dispatch,
+}
+
+/// Steps 5 and 6 of execute, shared with the sweeper: send an accepted action's message,
+/// then settle its key, only while holding the key's lease.
+#[derive(Clone)]
+pub struct Dispatch {
+    pub queue: Arc<dyn Queue>,
+    pub ledger: Arc<dyn ExecuteLedger>,
+}
+
+impl Executor {
+    /// Plan id + confirmation token + idempotency key -> a queued action (or the replay of
+    /// the key's earlier decision). `header_key`: the `Idempotency-Key` header, if sent.
+    pub async fn execute(
+        &self,
+        caller: &Caller,
+        req: ExecuteRequest,
+        header_key: Option<&str>,
+        facts: RequestFacts<'_>,
+    ) -> Result<ExecuteOutcome, ApiError> {
+        execute(self, caller, req, header_key, facts).await
+    }
+}
+
+async fn execute(
+    state: &Executor,
     caller: &Caller,
     req: ExecuteRequest,
     header_key: Option<&str>,
@@ -230,7 +277,6 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
 
     // One read: the key, the plan, the control record and the rate state.
     let snap = st
-        .ports
         .ledger
         .snapshot(
             ctx.principal(),
@@ -258,7 +304,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                     audit.action_id = Some(a.action_id.clone());
                     audit.order_id = a.resource_refs.order_id.clone();
                     audit.job_id = a.resource_refs.job_id.clone();
-                    st.ports.audit.append(&audit).await?;
+                    st.audit.append(&audit).await?;
                     Ok(Some(ExecuteOutcome::Duplicate(Accepted {
                         status: "duplicate",
                         ..a
@@ -425,7 +471,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 action: None,
                 audit: ctx.audit_rejection(now, &error, Some(&plan)),
             };
-            match st.ports.ledger.commit(&commit, now).await? {
+            match st.ledger.commit(&commit, now).await? {
                 CommitOutcome::Committed => Err(error),
                 CommitOutcome::Conflict(_) => Ok(None),
             }
@@ -540,7 +586,7 @@ async fn decide(
         // reserves the order's contracts.
         let (order, contract) = plan_order(plan)?;
         let inputs = OrderInputs {
-            policy: st.policy_for(control),
+            policy: policy::in_force(&st.policy, control),
             calendar: ExchangeCalendar::cme(),
             now: st.clock.now(),
             account_id: &plan.account_id,
@@ -569,7 +615,7 @@ async fn decide(
     }
     // Rate limit: not a decision, so nothing is recorded and the key can be retried.
     rate.operator_id = ctx.caller.operator.sub.clone();
-    let limit = st.config.execute_rate_per_minute;
+    let limit = st.rate_per_minute;
     if rate.estimate(now) >= limit as f64 {
         // Wait until the estimate falls below the limit: at most to the end of the minute.
         let into = now - crate::records::RateState::bucket_of(now);
@@ -613,14 +659,14 @@ fn policy_violation(failed: &[RiskCheck]) -> ApiError {
 /// The commit found the position outside the bounds: read it and run the full re-check
 /// for a precise reason. `None`: it passes now (the position moved again); go again.
 async fn position_violation(
-    st: &AppState,
+    st: &Executor,
     plan: &PlanRecord,
     control: &Control,
 ) -> Result<Option<ApiError>, ApiError> {
     let (order, contract) = plan_order(plan)?;
-    let exposure = order_inputs_exposure(st, &plan.account_id, contract).await?;
+    let exposure = order_inputs_exposure(st.positions.as_ref(), &plan.account_id, contract).await?;
     let inputs = OrderInputs {
-        policy: st.policy_for(control),
+        policy: policy::in_force(&st.policy, control),
         calendar: ExchangeCalendar::cme(),
         now: st.clock.now(),
         account_id: &plan.account_id,
@@ -637,8 +683,8 @@ async fn position_violation(
 }
 
 /// The commit found the account no longer active: say what it is now.
-async fn account_inactive(st: &AppState, plan: &PlanRecord) -> Result<ApiError, ApiError> {
-    let status = match st.ports.accounts.get_account(&plan.account_id).await? {
+async fn account_inactive(st: &Executor, plan: &PlanRecord) -> Result<ApiError, ApiError> {
+    let status = match st.accounts.get_account(&plan.account_id).await? {
         Some(a) => a.status.to_string(),
         None => "gone".to_string(),
     };
@@ -767,7 +813,7 @@ async fn accept(
         now,
         KeyState::Claimed {
             lease_owner: lease_owner.clone(),
-            lease_until: now + st.config.execute_lease_ms,
+            lease_until: now + st.lease_ms,
             action_id: action_id.clone(),
         },
     );
@@ -786,12 +832,12 @@ async fn accept(
             .action_type
             .is_order_submission()
             .then(|| plan.account_id.clone()),
-        rate: Some(rate.next(now, st.config.execute_rate_per_minute)),
+        rate: Some(rate.next(now, st.rate_per_minute)),
         reserve,
         action: Some(action.clone()),
         audit,
     };
-    match st.ports.ledger.commit(&commit, now).await? {
+    match st.ledger.commit(&commit, now).await? {
         CommitOutcome::Conflict(Conflict::Position) => return Ok(Attempt::PositionMoved),
         CommitOutcome::Conflict(Conflict::Account) => return Ok(Attempt::AccountInactive),
         CommitOutcome::Conflict(_) => return Ok(Attempt::Retry),
@@ -802,7 +848,7 @@ async fn accept(
         tracing::error!(action_id = %action_id, "failpoint execute.after_commit: aborting");
         std::process::abort();
     }
-    send_and_finish(st, &key, &lease_owner, &action, now).await?;
+    send_and_finish(&st.dispatch, &key, &lease_owner, &action, now).await?;
     Ok(Attempt::Done(ExecuteOutcome::Queued(Accepted {
         action_id,
         status: "queued",
@@ -815,14 +861,13 @@ async fn accept(
 /// Steps 5 and 6: send the stored message, then mark the key decided while holding the
 /// lease. A send error leaves the key claimed: a retry or the sweeper finishes it.
 pub(crate) async fn send_and_finish(
-    st: &AppState,
+    d: &Dispatch,
     key: &KeyRecord,
     lease_owner: &str,
     action: &ActionRecord,
     now: Millis,
 ) -> Result<bool, ApiError> {
-    st.ports
-        .queue
+    d.queue
         .send(
             &action.message,
             &action.action_type.message_group(&action.account_id),
@@ -835,13 +880,13 @@ pub(crate) async fn send_and_finish(
                 "the action was accepted but not yet queued; retry with the same key",
             )
         })?;
-    mark_sent(st, key, lease_owner, action, now).await
+    mark_sent(d, key, lease_owner, action, now).await
 }
 
 /// The key decided as the atomic step decided it (`queued`, this action), and the action
 /// marked sent, only while `lease_owner` holds the key.
 pub(crate) async fn mark_sent(
-    st: &AppState,
+    d: &Dispatch,
     key: &KeyRecord,
     lease_owner: &str,
     action: &ActionRecord,
@@ -856,9 +901,7 @@ pub(crate) async fn mark_sent(
             resource_refs: action.resource_refs.clone(),
         },
     };
-    Ok(st
-        .ports
-        .ledger
+    Ok(d.ledger
         .mark_sent(&decided, lease_owner, &action.action_id, now)
         .await?)
 }
@@ -867,7 +910,7 @@ pub(crate) async fn mark_sent(
 /// owner still holds it (a retry or the sweeper taking over an interrupted execute).
 /// `false`: someone else holds it now, or it is decided.
 pub(crate) async fn take_lease(
-    st: &AppState,
+    d: &Dispatch,
     rec: &KeyRecord,
     new_owner: &str,
     until: Millis,
@@ -886,28 +929,26 @@ pub(crate) async fn take_lease(
         lease_until: until,
         action_id: action_id.clone(),
     };
-    Ok(st.ports.ledger.take_over(&claim, lease_owner).await?)
+    Ok(d.ledger.take_over(&claim, lease_owner).await?)
 }
 
 /// A key claimed by an attempt that never finished: take its lease and send.
 async fn resume(
-    st: &AppState,
+    st: &Executor,
     rec: &KeyRecord,
     action_id: &str,
     request_id: &str,
     now: Millis,
 ) -> Result<Option<ExecuteOutcome>, ApiError> {
     let new_owner = new_id("lease", now);
-    if !take_lease(st, rec, &new_owner, now + st.config.execute_lease_ms).await? {
+    if !take_lease(&st.dispatch, rec, &new_owner, now + st.lease_ms).await? {
         return Ok(None);
     }
-    let action = st
-        .ports
-        .actions
-        .get_action(action_id)
-        .await?
-        .ok_or_else(|| ApiError::internal(format!("claimed action {action_id} has no record")))?;
-    send_and_finish(st, rec, &new_owner, &action, now).await?;
+    let action =
+        st.actions.get_action(action_id).await?.ok_or_else(|| {
+            ApiError::internal(format!("claimed action {action_id} has no record"))
+        })?;
+    send_and_finish(&st.dispatch, rec, &new_owner, &action, now).await?;
     let audit = resent_audit(
         &action,
         &rec.key,
@@ -915,7 +956,7 @@ async fn resume(
         request_id.to_string(),
         now,
     );
-    st.ports.audit.append(&audit).await?;
+    st.audit.append(&audit).await?;
     Ok(Some(ExecuteOutcome::Queued(Accepted {
         action_id: action.action_id.clone(),
         status: "queued",

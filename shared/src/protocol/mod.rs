@@ -6,7 +6,6 @@ pub mod control;
 pub mod execute;
 pub mod plan;
 pub mod reads;
-pub mod sweeper;
 
 use std::collections::BTreeMap;
 

@@ -1,11 +1,13 @@
 //! `POST /actions/plan`: parse the typed payload, run the risk checks, persist the plan
 //! with its expiry and an audit record, and sign a confirmation token when executable.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::{payload_hash, ChatContext};
-use crate::app::AppState;
 use crate::auth::{Caller, Permission};
+use crate::clock::SharedClock;
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::cl::ClContract;
 use crate::domain::{
@@ -14,10 +16,33 @@ use crate::domain::{
 };
 use crate::error::{ApiError, Code};
 use crate::parse::from_value;
+use crate::policy::Policy;
 use crate::policy::{self, CancelInputs, OrderInputs};
+use crate::ports::{
+    AccountStore, ControlStore, OrderStore, PlanStore, PositionStore, Prices, Signer,
+};
 use crate::protocol::reads::visible_account;
 use crate::records::{AuditRecord, PlanRecord, PlanStatus, RiskCheck};
 use crate::token::{self, ConfirmationClaims, CONFIRMATION_ISSUER};
+
+/// The plan use case, built once per process (`app.rs`) with the ports it reads and writes.
+#[derive(Clone)]
+pub struct Planner {
+    pub clock: SharedClock,
+    /// The process's policy; a policy in the control record takes precedence.
+    pub policy: Arc<Policy>,
+    /// Plan and confirmation-token lifetime, seconds.
+    pub confirmation_ttl_s: u32,
+    /// `aud` of the confirmation tokens it signs.
+    pub confirmation_audience: String,
+    pub accounts: Arc<dyn AccountStore>,
+    pub positions: Arc<dyn PositionStore>,
+    pub orders: Arc<dyn OrderStore>,
+    pub control: Arc<dyn ControlStore>,
+    pub plans: Arc<dyn PlanStore>,
+    pub prices: Arc<dyn Prices>,
+    pub signer: Arc<dyn Signer>,
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -118,49 +143,44 @@ pub fn order_preview(o: &NormalizedOrder) -> String {
 /// Shared by plan and execute: the account's exposure in the contract (its position and
 /// open orders), an input of the `order.submit.cl` checks.
 pub async fn order_inputs_exposure(
-    state: &AppState,
+    positions: &dyn PositionStore,
     account_id: &str,
     contract: Option<ClContract>,
 ) -> Result<crate::domain::Exposure, ApiError> {
     Ok(match contract {
-        Some(c) => {
-            state
-                .ports
-                .positions
-                .get_exposure(account_id, &c.symbol())
-                .await?
-        }
+        Some(c) => positions.get_exposure(account_id, &c.symbol()).await?,
         None => crate::domain::Exposure::default(),
     })
 }
 
 /// The reference price of the contract (the paper broker's price table), for the band.
 async fn reference_price(
-    state: &AppState,
+    state: &Planner,
     contract: Option<ClContract>,
 ) -> Result<Option<Price>, ApiError> {
     Ok(match contract {
-        Some(c) => state.ports.paper.prices().await?.get(&c.symbol()).copied(),
+        Some(c) => state.prices.reference_price(&c.symbol()).await?,
         None => None,
     })
 }
 
 async fn evaluate_order(
-    state: &AppState,
+    state: &Planner,
     caller: &Caller,
     o: OrderSubmitCl,
     control: &crate::records::Control,
 ) -> Result<Evaluated, ApiError> {
-    let account = visible_account(state, caller, o.account_id.as_str()).await?;
+    let account = visible_account(state.accounts.as_ref(), caller, o.account_id.as_str()).await?;
     let cal = ExchangeCalendar::cme();
     let contract = ClContract::parse(&o.symbol).ok();
-    let exposure = order_inputs_exposure(state, &account.account_id, contract).await?;
+    let exposure =
+        order_inputs_exposure(state.positions.as_ref(), &account.account_id, contract).await?;
     let reference = match o.order_type {
         OrderType::Market => None,
         _ => reference_price(state, contract).await?,
     };
     let inputs = OrderInputs {
-        policy: state.policy_for(control),
+        policy: policy::in_force(&state.policy, control),
         calendar: cal,
         now: state.clock.now(),
         account_id: &account.account_id,
@@ -195,16 +215,16 @@ async fn evaluate_order(
 }
 
 async fn evaluate_cancel(
-    state: &AppState,
+    state: &Planner,
     caller: &Caller,
     c: OrderCancel,
     control: &crate::records::Control,
 ) -> Result<Evaluated, ApiError> {
-    let account = visible_account(state, caller, c.account_id.as_str()).await?;
-    let order = state.ports.orders.get_order(c.order_id.as_str()).await?;
+    let account = visible_account(state.accounts.as_ref(), caller, c.account_id.as_str()).await?;
+    let order = state.orders.get_order(c.order_id.as_str()).await?;
     let checks = policy::check_order_cancel(
         &CancelInputs {
-            policy: state.policy_for(control),
+            policy: policy::in_force(&state.policy, control),
             account: &account,
             order: order.as_ref(),
             order_id: c.order_id.as_str(),
@@ -231,13 +251,14 @@ async fn evaluate_cancel(
 }
 
 async fn evaluate_sync(
-    state: &AppState,
+    state: &Planner,
     caller: &Caller,
     s: PositionsSync,
     control: &crate::records::Control,
 ) -> Result<Evaluated, ApiError> {
-    let account = visible_account(state, caller, s.account_id.as_str()).await?;
-    let checks = policy::check_positions_sync(state.policy_for(control), &account, control);
+    let account = visible_account(state.accounts.as_ref(), caller, s.account_id.as_str()).await?;
+    let checks =
+        policy::check_positions_sync(policy::in_force(&state.policy, control), &account, control);
     Ok(Evaluated {
         preview: format!(
             "Rebuild the positions of {} from the broker's view and record what changed.",
@@ -250,8 +271,21 @@ async fn evaluate_sync(
     })
 }
 
-pub async fn plan(
-    state: &AppState,
+impl Planner {
+    /// Validates, runs the risk checks, stores the plan with its audit record, and signs a
+    /// confirmation token when every check passes.
+    pub async fn plan(
+        &self,
+        caller: &Caller,
+        req: PlanRequest,
+        request_id: &str,
+    ) -> Result<PlanResponse, ApiError> {
+        plan(self, caller, req, request_id).await
+    }
+}
+
+async fn plan(
+    state: &Planner,
     caller: &Caller,
     req: PlanRequest,
     request_id: &str,
@@ -261,7 +295,7 @@ pub async fn plan(
     caller.check_requested_by(&req.requested_by)?;
     let chat = req.chat_context.unwrap_or_default();
     chat.validate("/chat_context")?;
-    let control = state.ports.control.get_control().await?;
+    let control = state.control.get_control().await?;
     let eval = match req.action_type {
         ActionType::OrderSubmitCl => {
             let o: OrderSubmitCl = from_value(req.payload, "/payload")?;
@@ -278,18 +312,17 @@ pub async fn plan(
     };
 
     let now = state.clock.now_ms();
-    let ttl_ms = state.config.confirmation_ttl_s as i64 * 1000;
+    let ttl_ms = state.confirmation_ttl_s as i64 * 1000;
     let expires_at = now + ttl_ms;
     let plan_id = new_id("pln", now);
     let hash = payload_hash(&eval.normalized);
     let executable = !eval.checks.iter().any(RiskCheck::failed);
-    let policy_version = state
-        .policy_for(&control)
-        .full_version(ExchangeCalendar::cme());
+    let policy_version =
+        policy::in_force(&state.policy, &control).full_version(ExchangeCalendar::cme());
     let confirmation_token = if executable {
         let claims = ConfirmationClaims {
             iss: CONFIRMATION_ISSUER.into(),
-            aud: state.confirmations.audience().to_string(),
+            aud: state.confirmation_audience.clone(),
             sub: caller.service.sub.clone(),
             plan_id: plan_id.clone(),
             payload_hash: hash.clone(),
@@ -298,7 +331,7 @@ pub async fn plan(
             exp: expires_at.div_euclid(1000),
             jti: new_id("cft", now),
         };
-        Some(token::sign(state.ports.signer.as_ref(), &claims).await?)
+        Some(token::sign(state.signer.as_ref(), &claims).await?)
     } else {
         None
     };
@@ -354,7 +387,7 @@ pub async fn plan(
         request_id: request_id.to_string(),
         policy_version: Some(policy_version.clone()),
     };
-    state.ports.plans.put_plan(&record, &audit).await?;
+    state.plans.put_plan(&record, &audit).await?;
 
     Ok(PlanResponse {
         plan_id,

@@ -1,12 +1,17 @@
 //! Read use cases: desk-filtered listings with tamper-proof cursors, and action status.
 
+use std::sync::Arc;
+
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::app::AppState;
 use crate::auth::{Caller, Permission};
 use crate::domain::{Account, Job, Order, Position};
 use crate::error::{ApiError, Code};
-use crate::ports::{JobFilter, OrderFilter, Page, TimeKey};
+use crate::pagination::CursorCodec;
+use crate::ports::{
+    AccountStore, ActionStore, JobFilter, JobStore, OrderFilter, OrderStore, Page, PositionStore,
+    TimeKey,
+};
 use crate::records::ActionRecord;
 
 /// A page request as parsed from the query: the limit and the raw cursor.
@@ -34,7 +39,7 @@ fn scope(caller: &Caller, endpoint: &str, filters: &[Option<&str>]) -> String {
 }
 
 async fn paged<T, K, F, Fut>(
-    state: &AppState,
+    cursors: &CursorCodec,
     scope: &str,
     req: &PageRequest,
     key_of: impl Fn(&T) -> K,
@@ -47,7 +52,7 @@ where
 {
     let after = match &req.cursor {
         None => None,
-        Some(c) => Some(state.cursors.decode::<K>(scope, c)?),
+        Some(c) => Some(cursors.decode::<K>(scope, c)?),
     };
     let mut rows = fetch(Page {
         after,
@@ -56,38 +61,20 @@ where
     .await?;
     let next_cursor = if rows.len() > req.limit as usize {
         rows.truncate(req.limit as usize);
-        rows.last().map(|r| state.cursors.encode(scope, &key_of(r)))
+        rows.last().map(|r| cursors.encode(scope, &key_of(r)))
     } else {
         None
     };
     Ok(Listing { rows, next_cursor })
 }
 
-pub async fn accounts(
-    state: &AppState,
-    caller: &Caller,
-    page: &PageRequest,
-) -> Result<Listing<Account>, ApiError> {
-    caller.require(Permission::Read)?;
-    let s = scope(caller, "accounts", &[]);
-    let desks = &caller.operator.desks;
-    paged(
-        state,
-        &s,
-        page,
-        |a: &Account| a.account_id.clone(),
-        |p| async move { state.ports.accounts.list_accounts(desks, &p).await },
-    )
-    .await
-}
-
 /// The account if it exists and the caller may see it; otherwise 404, the same either way.
 pub async fn visible_account(
-    state: &AppState,
+    accounts: &dyn AccountStore,
     caller: &Caller,
     account_id: &str,
 ) -> Result<Account, ApiError> {
-    match state.ports.accounts.get_account(account_id).await? {
+    match accounts.get_account(account_id).await? {
         Some(a) if caller.can_see_desk(&a.desk) => Ok(a),
         _ => Err(
             super::not_found(Code::AccountNotFound, "account", account_id)
@@ -96,100 +83,121 @@ pub async fn visible_account(
     }
 }
 
-pub async fn positions(
-    state: &AppState,
-    caller: &Caller,
-    account_id: Option<&str>,
-    page: &PageRequest,
-) -> Result<Listing<Position>, ApiError> {
-    caller.require(Permission::Read)?;
-    if let Some(id) = account_id {
-        visible_account(state, caller, id).await?;
+/// The read use cases: desk-filtered listings and action status, for every front door.
+#[derive(Clone)]
+pub struct Reads {
+    pub accounts: Arc<dyn AccountStore>,
+    pub positions: Arc<dyn PositionStore>,
+    pub orders: Arc<dyn OrderStore>,
+    pub jobs: Arc<dyn JobStore>,
+    pub actions: Arc<dyn ActionStore>,
+    pub cursors: CursorCodec,
+}
+
+impl Reads {
+    pub async fn accounts(
+        &self,
+        caller: &Caller,
+        page: &PageRequest,
+    ) -> Result<Listing<Account>, ApiError> {
+        caller.require(Permission::Read)?;
+        let s = scope(caller, "accounts", &[]);
+        let desks = &caller.operator.desks;
+        paged(
+            &self.cursors,
+            &s,
+            page,
+            |a: &Account| a.account_id.clone(),
+            |p| async move { self.accounts.list_accounts(desks, &p).await },
+        )
+        .await
     }
-    let s = scope(caller, "positions", &[account_id]);
-    let desks = &caller.operator.desks;
-    paged(
-        state,
-        &s,
-        page,
-        |p: &Position| (p.account_id.clone(), p.symbol.clone()),
-        |p| async move {
-            state
-                .ports
-                .positions
-                .list_positions(desks, account_id, &p)
-                .await
-        },
-    )
-    .await
-}
 
-pub async fn orders(
-    state: &AppState,
-    caller: &Caller,
-    filter: OrderFilter,
-    page: &PageRequest,
-) -> Result<Listing<Order>, ApiError> {
-    caller.require(Permission::Read)?;
-    if let Some(id) = &filter.account_id {
-        visible_account(state, caller, id).await?;
+    pub async fn positions(
+        &self,
+        caller: &Caller,
+        account_id: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Listing<Position>, ApiError> {
+        caller.require(Permission::Read)?;
+        if let Some(id) = account_id {
+            visible_account(self.accounts.as_ref(), caller, id).await?;
+        }
+        let s = scope(caller, "positions", &[account_id]);
+        let desks = &caller.operator.desks;
+        paged(
+            &self.cursors,
+            &s,
+            page,
+            |p: &Position| (p.account_id.clone(), p.symbol.clone()),
+            |p| async move { self.positions.list_positions(desks, account_id, &p).await },
+        )
+        .await
     }
-    let s = scope(
-        caller,
-        "orders",
-        &[
-            filter.account_id.as_deref(),
-            filter.status.map(|x| x.as_str()),
-        ],
-    );
-    let desks = &caller.operator.desks;
-    let filter = &filter;
-    paged(
-        state,
-        &s,
-        page,
-        |o: &Order| -> TimeKey { (o.created_at, o.order_id.clone()) },
-        |p| async move { state.ports.orders.list_orders(desks, filter, &p).await },
-    )
-    .await
-}
 
-pub async fn jobs(
-    state: &AppState,
-    caller: &Caller,
-    filter: JobFilter,
-    page: &PageRequest,
-) -> Result<Listing<Job>, ApiError> {
-    caller.require(Permission::Read)?;
-    let s = scope(
-        caller,
-        "jobs",
-        &[
-            filter.kind.map(|x| x.as_str()),
-            filter.status.map(|x| x.as_str()),
-        ],
-    );
-    let desks = &caller.operator.desks;
-    let filter = &filter;
-    paged(
-        state,
-        &s,
-        page,
-        |j: &Job| -> TimeKey { (j.created_at, j.job_id.clone()) },
-        |p| async move { state.ports.jobs.list_jobs(desks, filter, &p).await },
-    )
-    .await
-}
+    pub async fn orders(
+        &self,
+        caller: &Caller,
+        filter: OrderFilter,
+        page: &PageRequest,
+    ) -> Result<Listing<Order>, ApiError> {
+        caller.require(Permission::Read)?;
+        if let Some(id) = &filter.account_id {
+            visible_account(self.accounts.as_ref(), caller, id).await?;
+        }
+        let s = scope(
+            caller,
+            "orders",
+            &[
+                filter.account_id.as_deref(),
+                filter.status.map(|x| x.as_str()),
+            ],
+        );
+        let desks = &caller.operator.desks;
+        let filter = &filter;
+        paged(
+            &self.cursors,
+            &s,
+            page,
+            |o: &Order| -> TimeKey { (o.created_at, o.order_id.clone()) },
+            |p| async move { self.orders.list_orders(desks, filter, &p).await },
+        )
+        .await
+    }
 
-/// An action the caller may see (its account's desk), else 404 `action_not_found`.
-pub async fn action(
-    state: &AppState,
-    caller: &Caller,
-    action_id: &str,
-) -> Result<ActionRecord, ApiError> {
-    caller.require(Permission::Read)?;
-    match state.ports.actions.get_action(action_id).await? {
-        Some(a) if caller.can_see_desk(&a.desk) => Ok(a),
-        _ => Err(super::not_found(Code::ActionNotFound, "action", action_id)),
+    pub async fn jobs(
+        &self,
+        caller: &Caller,
+        filter: JobFilter,
+        page: &PageRequest,
+    ) -> Result<Listing<Job>, ApiError> {
+        caller.require(Permission::Read)?;
+        let s = scope(
+            caller,
+            "jobs",
+            &[
+                filter.kind.map(|x| x.as_str()),
+                filter.status.map(|x| x.as_str()),
+            ],
+        );
+        let desks = &caller.operator.desks;
+        let filter = &filter;
+        paged(
+            &self.cursors,
+            &s,
+            page,
+            |j: &Job| -> TimeKey { (j.created_at, j.job_id.clone()) },
+            |p| async move { self.jobs.list_jobs(desks, filter, &p).await },
+        )
+        .await
+    }
+
+    /// An action the caller may see (its account's desk), else 404 `action_not_found`.
+    pub async fn action(&self, caller: &Caller, action_id: &str) -> Result<ActionRecord, ApiError> {
+        caller.require(Permission::Read)?;
+        match self.actions.get_action(action_id).await? {
+            Some(a) if caller.can_see_desk(&a.desk) => Ok(a),
+            _ => Err(super::not_found(Code::ActionNotFound, "action", action_id)),
+        }
     }
 }

@@ -14,9 +14,11 @@
 
 use std::time::Duration;
 
-use crate::app::AppState;
+use std::sync::Arc;
+
+use super::Worker;
 use crate::domain::QueueTarget;
-use crate::ports::Delivery;
+use crate::ports::{Delivery, Queue};
 
 /// Receives before dead-lettering: the queues' redrive policy.
 pub use crate::records::MAX_RECEIVES;
@@ -48,24 +50,31 @@ impl ConsumerOptions {
     }
 }
 
+/// A consumer loop's parts: the worker, and the queue it receives from and settles with.
+#[derive(Clone)]
+pub struct Consumer {
+    pub worker: Arc<Worker>,
+    pub queue: Arc<dyn Queue>,
+}
+
 /// Handles one delivery and settles it with the queue. `true` if it was handled.
 pub async fn settle(
-    st: &AppState,
+    st: &Consumer,
     queue: QueueTarget,
     d: &Delivery,
     opts: ConsumerOptions,
 ) -> bool {
     let last = d.receive_count >= MAX_RECEIVES;
-    match super::handle(st, &d.body, last).await {
+    match st.worker.handle(&d.body, last).await {
         Ok(_) => {
-            if let Err(e) = st.ports.queue.ack(queue, &d.receipt).await {
+            if let Err(e) = st.queue.ack(queue, &d.receipt).await {
                 tracing::error!(error = %e, "could not delete a handled message; it will be redelivered");
             }
             true
         }
         Err(_) => {
             let delay = opts.retry_ms.saturating_mul(d.receive_count as u64);
-            if let Err(e) = st.ports.queue.release(queue, &d.receipt, delay).await {
+            if let Err(e) = st.queue.release(queue, &d.receipt, delay).await {
                 tracing::error!(error = %e, "could not release a failed message");
             }
             false
@@ -96,7 +105,7 @@ pub fn in_group_order(batch: Vec<Delivery>) -> Vec<Vec<Delivery>> {
 /// Runs forever: the worker loop of one queue, supervised. The loop runs in its own task;
 /// if that task ever ends (it should not) or panics, the error is logged and the loop is
 /// started again after a second, so one bad moment never leaves a queue unconsumed.
-pub async fn run(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
+pub async fn run(st: Consumer, queue: QueueTarget, opts: ConsumerOptions) {
     let mut restarts: u64 = 0;
     loop {
         let ended = tokio::spawn(consume(st.clone(), queue, opts)).await;
@@ -117,10 +126,10 @@ pub async fn run(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
 }
 
 /// The worker loop of one queue: receive a batch, handle it, forever.
-async fn consume(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
-    let sent = st.ports.queue.send_signal(queue);
+async fn consume(st: Consumer, queue: QueueTarget, opts: ConsumerOptions) {
+    let sent = st.queue.send_signal(queue);
     loop {
-        match st.ports.queue.receive(queue, 10, opts.visibility_ms).await {
+        match st.queue.receive(queue, 10, opts.visibility_ms).await {
             Ok(batch) if batch.is_empty() => match &sent {
                 Some(sent) => {
                     let poll = Duration::from_millis(opts.poll_ms);
@@ -142,8 +151,8 @@ async fn consume(st: AppState, queue: QueueTarget, opts: ConsumerOptions) {
                     // A message of the group failed: its later ones wait for it (unhandled,
                     // visible again at once; the failed one comes first when it is due).
                     for d in rest {
-                        super::skipped(st, &d.body, d.receive_count).await;
-                        if let Err(e) = st.ports.queue.release(queue, &d.receipt, 0).await {
+                        st.worker.skipped(&d.body, d.receive_count).await;
+                        if let Err(e) = st.queue.release(queue, &d.receipt, 0).await {
                             tracing::error!(error = %e, "could not release a message");
                         }
                     }

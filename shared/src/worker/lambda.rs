@@ -16,9 +16,9 @@ use tracing::Instrument;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 
 use super::consumer::MAX_RECEIVES;
-use crate::app::AppState;
+use super::Worker;
 
-pub async fn handle_batch(st: &AppState, event: SqsEvent) -> SqsBatchResponse {
+pub async fn handle_batch(st: &Worker, event: SqsEvent) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     let mut failed_groups: HashSet<String> = HashSet::new();
     for record in event.records {

@@ -9,27 +9,32 @@
 //! redelivered message, or one whose worker died after the broker accepted the order,
 //! never becomes a second order. Every later step is conditional on the state read.
 
-pub mod broker;
 pub mod consumer;
 pub mod lambda;
-pub mod paper;
+pub mod sweeper;
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use serde_json::json;
 use tracing::Instrument;
 
-use crate::app::AppState;
 use crate::auth::DeskScope;
+use crate::clock::SharedClock;
 use crate::domain::{
     ActionStatus, ActionType, Job, JobKind, JobStatus, Millis, Order, OrderStatus, Position,
 };
 use crate::error::ApiError;
+use crate::policy::Policy;
+use crate::ports::broker::Broker;
+use crate::ports::broker::{BrokerOrder, BrokerStatus};
+use crate::ports::{
+    AccountStore, ActionStore, ControlStore, OrderStore, PositionStore, WorkerStore,
+};
 use crate::ports::{Page, PositionChange, PositionsReplacement};
 use crate::protocol::plan::NormalizedOrder;
 use crate::records::{ActionRecord, QueueMessage, QUEUE_MESSAGE_SCHEMA};
-use broker::{BrokerOrder, BrokerStatus};
 
 const ROUNDS: usize = 16;
 
@@ -53,7 +58,48 @@ pub enum Outcome {
 ///
 /// A panic while handling fails this message only: it is caught here, for the in-process
 /// consumer and the Lambda alike, and becomes an error like any other fault.
-pub async fn handle(st: &AppState, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
+/// The workers' use case, built once per process (`app.rs`): what the in-process consumer
+/// and the worker Lambdas call for each message.
+#[derive(Clone)]
+pub struct Worker {
+    pub clock: SharedClock,
+    /// The process's policy; a policy in the control record takes precedence.
+    pub policy: Arc<Policy>,
+    /// How long a received message stays hidden: an order claimed longer ago than this by a
+    /// worker that never finished is taken to be abandoned.
+    pub visibility_ms: u64,
+    pub accounts: Arc<dyn AccountStore>,
+    pub positions: Arc<dyn PositionStore>,
+    pub orders: Arc<dyn OrderStore>,
+    pub actions: Arc<dyn ActionStore>,
+    pub control: Arc<dyn ControlStore>,
+    /// The workers' conditional writes (orders, jobs, positions, action status).
+    pub store: Arc<dyn WorkerStore>,
+    pub broker: Arc<dyn Broker>,
+}
+
+impl Worker {
+    /// Handles one message: see [`handle`].
+    pub async fn handle(&self, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
+        handle(self, body, last_attempt).await
+    }
+
+    /// Settles a message skipped at its last receive: see [`skipped`].
+    pub async fn skipped(&self, body: &str, receive_count: u32) {
+        skipped(self, body, receive_count).await
+    }
+
+    /// Re-checks every working order against the broker: see [`reconcile_working_orders`].
+    pub async fn reconcile_working_orders(&self) -> Result<usize, ApiError> {
+        reconcile_working_orders(self).await
+    }
+
+    fn policy_for<'a>(&'a self, control: &'a crate::records::Control) -> &'a Policy {
+        crate::policy::in_force(&self.policy, control)
+    }
+}
+
+async fn handle(st: &Worker, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
     let action_id = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["action_id"].as_str().map(String::from))
@@ -129,10 +175,10 @@ fn mismatch(received: &QueueMessage, stored: &QueueMessage) -> Option<&'static s
 /// The stored action a received message must be: `Err(reason)` when it is not (no such
 /// action, or a field differs), and the worker must not act on it.
 async fn stored_action(
-    st: &AppState,
+    st: &Worker,
     received: &QueueMessage,
 ) -> Result<Result<ActionRecord, String>, ApiError> {
-    let Some(action) = st.ports.actions.get_action(&received.action_id).await? else {
+    let Some(action) = st.actions.get_action(&received.action_id).await? else {
         return Ok(Err(format!("no action {} is stored", received.action_id)));
     };
     Ok(match mismatch(received, &action.message) {
@@ -153,7 +199,7 @@ fn refuse(action_id: &str, why: String) -> Outcome {
     Outcome::Refused(format!("message refused: {why}"))
 }
 
-async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
+async fn process(st: &Worker, body: &str) -> Result<Outcome, ApiError> {
     let received: QueueMessage =
         serde_json::from_str(body).map_err(|e| bad_message(e.to_string()))?;
     if received.schema != QUEUE_MESSAGE_SCHEMA {
@@ -183,8 +229,7 @@ async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
         return Ok(Outcome::AlreadyDone);
     }
     let now = st.clock.now_ms();
-    st.ports
-        .workers
+    st.store
         .set_action_status(
             &msg.action_id,
             &[ActionStatus::Queued],
@@ -202,8 +247,7 @@ async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
         Outcome::Failed(why) => (ActionStatus::Failed, Some(why.as_str())),
         _ => (ActionStatus::Succeeded, None),
     };
-    st.ports
-        .workers
+    st.store
         .set_action_status(
             &msg.action_id,
             &[ActionStatus::Queued, ActionStatus::Processing],
@@ -220,14 +264,14 @@ async fn process(st: &AppState, body: &str) -> Result<Outcome, ApiError> {
 /// A message left unhandled because an earlier one of its group failed. On its last
 /// receive it goes to the dead-letter queue with that one, never having run: settle its
 /// action as failed (which releases an order's reservation) like a last attempt.
-pub async fn skipped(st: &AppState, body: &str, receive_count: u32) {
+async fn skipped(st: &Worker, body: &str, receive_count: u32) {
     if receive_count >= crate::records::MAX_RECEIVES {
         let e = ApiError::unavailable("an earlier message of its group kept failing");
         give_up(st, body, &e).await;
     }
 }
 
-async fn give_up(st: &AppState, body: &str, e: &ApiError) {
+async fn give_up(st: &Worker, body: &str, e: &ApiError) {
     let Ok(received) = serde_json::from_str::<QueueMessage>(body) else {
         return; // Malformed: it names nothing we can trust.
     };
@@ -267,8 +311,7 @@ async fn give_up(st: &AppState, body: &str, e: &ApiError) {
     };
     let from = [ActionStatus::Queued, ActionStatus::Processing];
     if let Err(err) = st
-        .ports
-        .workers
+        .store
         .set_action_status(&action.action_id, &from, status, error.as_deref(), now)
         .await
     {
@@ -297,7 +340,7 @@ fn may_be_live(action: &ActionRecord, cause: &str, err: &ApiError) -> String {
 /// never saw (no row, or still `queued`, or `submitted` but unknown to the broker) becomes
 /// `rejected`; one the broker has is recorded as the broker says.
 async fn give_up_order(
-    st: &AppState,
+    st: &Worker,
     action: &ActionRecord,
     cause: &str,
 ) -> Result<(ActionStatus, Option<String>), ApiError> {
@@ -313,11 +356,10 @@ async fn give_up_order(
     );
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
-        let order = match st.ports.orders.get_order(order_id).await? {
+        let order = match st.orders.get_order(order_id).await? {
             Some(o) => o,
             None => {
-                st.ports
-                    .workers
+                st.store
                     .create_order(&new_order(&action.message, now)?)
                     .await?
             }
@@ -329,7 +371,7 @@ async fn give_up_order(
                 }
             }
             OrderStatus::Submitted => {
-                match st.ports.broker.order(&order.account_id, order_id).await? {
+                match st.broker.order(&order.account_id, order_id).await? {
                     Some(ack) => {
                         record(st, &order, &ack, now).await?;
                     }
@@ -367,7 +409,7 @@ async fn give_up_order(
 }
 
 /// Marks a job failed (creating it if no delivery did).
-async fn fail_job(st: &AppState, action: &ActionRecord, job_id: &str, error: &str, now: Millis) {
+async fn fail_job(st: &Worker, action: &ActionRecord, job_id: &str, error: &str, now: Millis) {
     let job = Job {
         job_id: job_id.into(),
         kind: JobKind::PositionsSync,
@@ -380,8 +422,7 @@ async fn fail_job(st: &AppState, action: &ActionRecord, job_id: &str, error: &st
         result: None,
     };
     let created = st
-        .ports
-        .workers
+        .store
         .create_job(&Job {
             status: JobStatus::Running,
             ..job.clone()
@@ -392,15 +433,15 @@ async fn fail_job(st: &AppState, action: &ActionRecord, job_id: &str, error: &st
             created_at: stored.created_at,
             ..job
         };
-        if let Err(err) = st.ports.workers.finish_job(&failed, &json!({}), None).await {
+        if let Err(err) = st.store.finish_job(&failed, &json!({}), None).await {
             tracing::error!(error = %err, "could not mark the job failed");
         }
     }
 }
 
 /// The kill switch, read before every order submission: `Some(error)` if it is engaged.
-async fn kill_switch(st: &AppState, order_id: &str) -> Result<Option<String>, ApiError> {
-    let control = st.ports.control.get_control().await?;
+async fn kill_switch(st: &Worker, order_id: &str) -> Result<Option<String>, ApiError> {
+    let control = st.control.get_control().await?;
     if control.trade_execute_enabled {
         return Ok(None);
     }
@@ -420,13 +461,12 @@ async fn kill_switch(st: &AppState, order_id: &str) -> Result<Option<String>, Ap
 /// contracts were reserved at execute), under the policy in force now. A policy lowered,
 /// or a sync that raised the position, since execute stops the order here. `Some(error)`:
 /// do not send it.
-async fn pre_broker_gate(st: &AppState, order: &Order) -> Result<Option<String>, ApiError> {
+async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option<String>, ApiError> {
     if let Some(why) = kill_switch(st, &order.order_id).await? {
         return Ok(Some(why));
     }
-    let control = st.ports.control.get_control().await?;
+    let control = st.control.get_control().await?;
     let exposure = st
-        .ports
         .positions
         .get_exposure(&order.account_id, &order.symbol)
         .await?;
@@ -450,7 +490,7 @@ async fn pre_broker_gate(st: &AppState, order: &Order) -> Result<Option<String>,
         exposure,
         reference: None,
     };
-    let account = st.ports.accounts.get_account(&order.account_id).await?;
+    let account = st.accounts.get_account(&order.account_id).await?;
     if let Some(a) = account.filter(|a| a.status != crate::domain::AccountStatus::Active) {
         return Ok(Some(format!(
             "policy_violation: account_allowed: account {} is {}; order {} was not sent to the broker",
@@ -478,19 +518,19 @@ async fn pre_broker_gate(st: &AppState, order: &Order) -> Result<Option<String>,
 /// between the claim and the broker call: longer than a message stays hidden while it is
 /// handled. A younger claim the broker does not know yet may still reach it, so it is not
 /// refused (that would release its reservation while the order goes live).
-fn claim_abandoned(st: &AppState, order: &Order, now: Millis) -> bool {
-    now - order.updated_at > st.config.worker_visibility_ms as i64
+fn claim_abandoned(st: &Worker, order: &Order, now: Millis) -> bool {
+    now - order.updated_at > st.visibility_ms as i64
 }
 
 /// Moves an order the broker never saw to `rejected` (releasing what it reserved).
 /// `false`: it moved under us; read it again.
-async fn reject_unsent(st: &AppState, order: &Order, now: Millis) -> Result<bool, ApiError> {
+async fn reject_unsent(st: &Worker, order: &Order, now: Millis) -> Result<bool, ApiError> {
     let next = Order {
         status: OrderStatus::Rejected,
         updated_at: now.max(order.updated_at),
         ..order.clone()
     };
-    Ok(st.ports.workers.advance_order(order, &next, None).await?)
+    Ok(st.store.advance_order(order, &next, None).await?)
 }
 
 /// The order a submission's stored message describes, as first recorded (`queued`).
@@ -525,7 +565,7 @@ fn new_order(msg: &QueueMessage, now: Millis) -> Result<Order, ApiError> {
 /// its order is recorded `rejected` (so what execute reserved is released) and the
 /// error to fail the action with is returned. `None`: the switch is not engaged.
 pub(crate) async fn refuse_unsent_submission(
-    st: &AppState,
+    st: &Worker,
     action: &ActionRecord,
 ) -> Result<Option<String>, ApiError> {
     let Some(order_id) = action.resource_refs.order_id.as_deref() else {
@@ -537,8 +577,7 @@ pub(crate) async fn refuse_unsent_submission(
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
         let order = st
-            .ports
-            .workers
+            .store
             .create_order(&new_order(&action.message, now)?)
             .await?;
         match order.status {
@@ -589,7 +628,7 @@ fn to_broker(o: &Order) -> BrokerOrder {
 /// Records what the broker says of an order: its new state and, for a new fill, the
 /// position change. `Ok(false)`: the order or position moved under us; read again.
 async fn record(
-    st: &AppState,
+    st: &Worker,
     order: &Order,
     ack: &BrokerOrder,
     now: Millis,
@@ -603,7 +642,6 @@ async fn record(
     let change = match (new_fill, ack.avg_fill_price) {
         (q, Some(price)) if q > 0 => {
             let current = st
-                .ports
                 .positions
                 .get_position(&order.account_id, &order.symbol)
                 .await?;
@@ -611,7 +649,8 @@ async fn record(
                 .as_ref()
                 .map(|p| (p.quantity, p.avg_price))
                 .unwrap_or((0, None));
-            let (after, avg_after) = paper::apply_fill(qty, avg, order.side, q, price);
+            let (after, avg_after) =
+                crate::domain::fills::apply_fill(qty, avg, order.side, q, price);
             Some(PositionChange {
                 expected: current.map(|p| p.quantity),
                 new: Position {
@@ -637,24 +676,22 @@ async fn record(
         return Ok(true);
     }
     Ok(st
-        .ports
-        .workers
+        .store
         .advance_order(order, &next, change.as_ref())
         .await?)
 }
 
-async fn reload(st: &AppState, order_id: &str) -> Result<Order, ApiError> {
-    st.ports
-        .orders
+async fn reload(st: &Worker, order_id: &str) -> Result<Order, ApiError> {
+    st.orders
         .get_order(order_id)
         .await?
         .ok_or_else(|| ApiError::internal(format!("order {order_id} vanished")))
 }
 
-async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
+async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     let fresh = new_order(msg, st.clock.now_ms())?;
     let order_id = fresh.order_id.clone();
-    let mut order = st.ports.workers.create_order(&fresh).await?;
+    let mut order = st.store.create_order(&fresh).await?;
     // Whether this delivery made the claim: then nobody else can be sending the order.
     let mut claimed_here = false;
     for _ in 0..ROUNDS {
@@ -672,12 +709,12 @@ async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
                         updated_at: now.max(order.updated_at),
                         ..order.clone()
                     };
-                    claimed_here = st.ports.workers.advance_order(&order, &next, None).await?;
+                    claimed_here = st.store.advance_order(&order, &next, None).await?;
                 }
             }
             OrderStatus::Submitted => match kill_switch(st, &order_id).await? {
                 // Claimed, by us or by a worker that died: the broker may have it already.
-                Some(why) => match st.ports.broker.order(&order.account_id, &order_id).await? {
+                Some(why) => match st.broker.order(&order.account_id, &order_id).await? {
                     Some(ack) => {
                         record(st, &order, &ack, now).await?;
                     }
@@ -697,7 +734,7 @@ async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
                 None => {
                     // The broker deduplicates on the client order id: a resend is not a new
                     // order.
-                    let ack = st.ports.broker.submit(&to_broker(&order)).await?;
+                    let ack = st.broker.submit(&to_broker(&order)).await?;
                     if crate::failpoint::hit("worker.after_broker") {
                         // Test-only: the worker dies after the broker accepted the order.
                         tracing::error!(order_id = %order_id, "failpoint worker.after_broker: aborting");
@@ -731,9 +768,9 @@ async fn submit(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
 
 /// Why a rejected order was rejected: the broker's reason, or, for an order the broker
 /// never saw, the kill switch or the last attempt that gave up on it.
-async fn rejected(st: &AppState, order: &Order) -> Result<Outcome, ApiError> {
+async fn rejected(st: &Worker, order: &Order) -> Result<Outcome, ApiError> {
     let order_id = &order.order_id;
-    let why = match st.ports.broker.order(&order.account_id, order_id).await? {
+    let why = match st.broker.order(&order.account_id, order_id).await? {
         Some(o) => format!(
             "the broker rejected order {order_id}: {}",
             o.reason.as_deref().unwrap_or("rejected by the broker")
@@ -746,14 +783,14 @@ async fn rejected(st: &AppState, order: &Order) -> Result<Outcome, ApiError> {
     Ok(Outcome::Failed(why))
 }
 
-async fn cancel(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
+async fn cancel(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     let order_id = msg
         .resource_refs
         .order_id
         .clone()
         .ok_or_else(|| bad_message("no order_id"))?;
     for _ in 0..ROUNDS {
-        let Some(order) = st.ports.orders.get_order(&order_id).await? else {
+        let Some(order) = st.orders.get_order(&order_id).await? else {
             return Ok(Outcome::Failed(format!("there is no order {order_id}")));
         };
         if order.status == OrderStatus::Cancelled {
@@ -766,7 +803,7 @@ async fn cancel(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
             )));
         }
         let now = st.clock.now_ms();
-        match st.ports.broker.cancel(&order.account_id, &order_id).await? {
+        match st.broker.cancel(&order.account_id, &order_id).await? {
             Some(ack) => {
                 record(st, &order, &ack, now).await?;
             }
@@ -786,7 +823,7 @@ async fn cancel(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
                     updated_at: now.max(order.updated_at),
                     ..order.clone()
                 };
-                st.ports.workers.advance_order(&order, &next, None).await?;
+                st.store.advance_order(&order, &next, None).await?;
             }
         }
     }
@@ -795,7 +832,7 @@ async fn cancel(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> 
     )))
 }
 
-async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
+async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     let job_id = msg
         .resource_refs
         .job_id
@@ -807,8 +844,7 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         .to_string();
     let now = st.clock.now_ms();
     let job = st
-        .ports
-        .workers
+        .store
         .create_job(&Job {
             job_id: job_id.clone(),
             kind: JobKind::PositionsSync,
@@ -839,11 +875,10 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         limit: 10_000,
     };
     let before = st
-        .ports
         .positions
         .list_positions(&DeskScope::All, Some(&account), &page)
         .await?;
-    let broker = st.ports.broker.positions(&account).await?;
+    let broker = st.broker.positions(&account).await?;
     let late = reconcile_orders(st, Some(&account), AT_THE_BROKER).await?;
     if late > 0 {
         return Err(ApiError::unavailable(format!(
@@ -892,8 +927,7 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         ..job
     };
     if st
-        .ports
-        .workers
+        .store
         .finish_job(
             &done,
             &result,
@@ -909,7 +943,7 @@ async fn sync(st: &AppState, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     }
     // Not written: another delivery finished the job, or (DynamoDB) the write conflicted.
     // (`create_job` of an existing job returns the stored one.)
-    match st.ports.workers.create_job(&done).await? {
+    match st.store.create_job(&done).await? {
         j if j.status != JobStatus::Running => Ok(Outcome::AlreadyDone),
         _ => Err(ApiError::unavailable(format!(
             "job {job_id}: positions changed during the sync; retrying"
@@ -925,13 +959,8 @@ const AT_THE_BROKER: &[OrderStatus] = &[
 ];
 
 /// Asks the broker about one order and records what moved. `true` if it recorded a change.
-async fn reconcile_order(st: &AppState, order: &Order) -> Result<bool, ApiError> {
-    let Some(ack) = st
-        .ports
-        .broker
-        .order(&order.account_id, &order.order_id)
-        .await?
-    else {
+async fn reconcile_order(st: &Worker, order: &Order) -> Result<bool, ApiError> {
+    let Some(ack) = st.broker.order(&order.account_id, &order.order_id).await? else {
         return Ok(false);
     };
     let moved =
@@ -940,7 +969,7 @@ async fn reconcile_order(st: &AppState, order: &Order) -> Result<bool, ApiError>
 }
 
 /// Asks the broker about every working order (after a price change) and records fills.
-pub async fn reconcile_working_orders(st: &AppState) -> Result<usize, ApiError> {
+async fn reconcile_working_orders(st: &Worker) -> Result<usize, ApiError> {
     reconcile_orders(
         st,
         None,
@@ -952,7 +981,7 @@ pub async fn reconcile_working_orders(st: &AppState) -> Result<usize, ApiError> 
 /// Asks the broker about the orders in `statuses` (of one account, or all) and records
 /// what moved. Returns how many changed.
 async fn reconcile_orders(
-    st: &AppState,
+    st: &Worker,
     account: Option<&str>,
     statuses: &[OrderStatus],
 ) -> Result<usize, ApiError> {
@@ -967,7 +996,6 @@ async fn reconcile_orders(
             limit: 10_000,
         };
         for order in st
-            .ports
             .orders
             .list_orders(&DeskScope::All, &filter, &page)
             .await?

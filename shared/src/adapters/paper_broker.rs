@@ -32,10 +32,11 @@ use async_trait::async_trait;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use super::broker::{Broker, BrokerOrder, BrokerPosition, BrokerStatus};
+use crate::domain::fills::try_apply_fill;
 use crate::domain::{OrderType, Price, Side, TimeInForce};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PaperBookStore, PaperDoc};
+use crate::ports::broker::{Broker, BrokerOrder, BrokerPosition, BrokerStatus};
+use crate::ports::{PaperBookStore, PaperDoc, Prices};
 
 pub const PRICES_KEY: &str = "prices";
 const MAX_ROUNDS: usize = 16;
@@ -133,82 +134,6 @@ fn crossing(o: &mut BrokerOrder, reference: Price) -> Option<Price> {
             marketable.then_some(reference)
         }
     }
-}
-
-/// Applies a fill of `qty` at `price` to a position: signed quantity, average price of the
-/// open position (unchanged when reducing, the fill price when opening or flipping).
-/// `None` if the result cannot be represented (a quantity past `i64`, an average price past
-/// what a decimal holds): the caller refuses the fill instead of panicking.
-pub fn try_apply_fill(
-    quantity: i64,
-    avg: Option<Price>,
-    side: Side,
-    qty: u32,
-    price: Price,
-) -> Option<(i64, Option<Price>)> {
-    let delta = side.sign().checked_mul(i64::from(qty))?;
-    let after = quantity.checked_add(delta)?;
-    let avg = if after == 0 {
-        None
-    } else if quantity == 0 || quantity.signum() != after.signum() {
-        Some(price)
-    } else if quantity.signum() == delta.signum() {
-        // Adding to the position: weighted average.
-        let old = avg.map(|p| p.value()).unwrap_or(price.value());
-        Some(Price::new(weighted_average(
-            old,
-            quantity.unsigned_abs(),
-            price.value(),
-            delta.unsigned_abs(),
-        )?))
-    } else {
-        avg
-    };
-    Some((after, avg))
-}
-
-/// `(a * wa + b * wb) / (wa + wb)` to 6 places, checked. When the products overflow, the
-/// same average as `a * (wa / w) + b * (wb / w)`, whose terms are no larger than `a` and `b`.
-fn weighted_average(a: Decimal, wa: u64, b: Decimal, wb: u64) -> Option<Decimal> {
-    let (wa, wb) = (Decimal::from(wa), Decimal::from(wb));
-    let w = wa.checked_add(wb)?;
-    if w.is_zero() {
-        return None;
-    }
-    let direct = a
-        .checked_mul(wa)
-        .and_then(|x| x.checked_add(b.checked_mul(wb)?))
-        .and_then(|t| t.checked_div(w));
-    let avg = match direct {
-        Some(avg) => avg,
-        None => a
-            .checked_mul(wa.checked_div(w)?)?
-            .checked_add(b.checked_mul(wb.checked_div(w)?)?)?,
-    };
-    Some(avg.round_dp(6))
-}
-
-/// [`try_apply_fill`] for a caller that must record the fill whatever happens (Airlock's
-/// own position after the broker filled): never panics; a quantity that cannot be
-/// represented saturates and an average that cannot be represented is recorded as unknown
-/// (`None`), with an error in the log.
-pub fn apply_fill(
-    quantity: i64,
-    avg: Option<Price>,
-    side: Side,
-    qty: u32,
-    price: Price,
-) -> (i64, Option<Price>) {
-    try_apply_fill(quantity, avg, side, qty, price).unwrap_or_else(|| {
-        tracing::error!(
-            quantity,
-            qty,
-            price = %price,
-            "a fill's position cannot be represented; recording its average price as unknown"
-        );
-        let after = quantity.saturating_add(side.sign().saturating_mul(i64::from(qty)));
-        (after, None)
-    })
 }
 
 /// Fills what is left of `o` at `price` and moves the account's position. `Err`: the
@@ -396,6 +321,13 @@ impl PaperBroker {
 }
 
 #[async_trait]
+impl Prices for PaperBroker {
+    async fn reference_price(&self, symbol: &str) -> StoreResult<Option<Price>> {
+        Ok(self.prices().await?.get(symbol).copied())
+    }
+}
+
+#[async_trait]
 impl Broker for PaperBroker {
     async fn submit(&self, order: &BrokerOrder) -> StoreResult<BrokerOrder> {
         let prices = self.prices().await?;
@@ -529,68 +461,6 @@ mod tests {
 
     fn p(s: &str) -> Price {
         Price::parse(s).unwrap()
-    }
-
-    #[test]
-    fn fills_move_positions_and_average_prices() {
-        assert_eq!(
-            apply_fill(0, None, Side::Buy, 2, p("70")),
-            (2, Some(p("70")))
-        );
-        assert_eq!(
-            apply_fill(2, Some(p("70")), Side::Buy, 2, p("72")),
-            (4, Some(p("71")))
-        );
-        assert_eq!(
-            apply_fill(4, Some(p("71")), Side::Sell, 1, p("75")),
-            (3, Some(p("71")))
-        );
-        assert_eq!(
-            apply_fill(3, Some(p("71")), Side::Sell, 3, p("75")),
-            (0, None)
-        );
-        assert_eq!(
-            apply_fill(1, Some(p("71")), Side::Sell, 3, p("69")),
-            (-2, Some(p("69")))
-        );
-    }
-
-    #[test]
-    fn fills_at_extreme_prices_never_panic() {
-        let max = Price::new(Decimal::MAX);
-        let min = Price::new(Decimal::MIN);
-        assert_eq!(
-            try_apply_fill(0, None, Side::Buy, 2, max),
-            Some((2, Some(max)))
-        );
-        // 3 at 68.40 and 2 at MAX: the products overflow, the average does not.
-        let (q, avg) = try_apply_fill(3, Some(p("68.40")), Side::Buy, 2, max).unwrap();
-        let avg = avg.unwrap().value();
-        assert_eq!(q, 5);
-        assert!(
-            avg > Decimal::MAX * Decimal::new(39, 2) && avg < Decimal::MAX,
-            "{avg}"
-        );
-        let (q, avg) = try_apply_fill(-3, Some(p("68.40")), Side::Sell, 2, min).unwrap();
-        assert_eq!(q, -5);
-        assert!(avg.unwrap().value() < Decimal::MIN * Decimal::new(39, 2));
-        // At the very edge the rounding may not fit: whatever the answer, no panic.
-        let _ = try_apply_fill(1, Some(max), Side::Buy, 1, max);
-        let _ = apply_fill(1, Some(max), Side::Buy, 1, max);
-        // Quantities past i64.
-        assert_eq!(
-            try_apply_fill(i64::MAX, Some(p("1")), Side::Buy, 1, p("1")),
-            None
-        );
-        assert_eq!(
-            try_apply_fill(i64::MIN, Some(p("1")), Side::Sell, 1, p("1")),
-            None
-        );
-        // The infallible form saturates and forgets the average instead.
-        assert_eq!(
-            apply_fill(i64::MAX, Some(p("1")), Side::Buy, 1, p("1")),
-            (i64::MAX, None)
-        );
     }
 
     #[test]

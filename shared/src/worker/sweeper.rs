@@ -12,13 +12,17 @@
 //! [`MAX_SCAN`] actions a pass, and actions already looked at are not looked at again.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::app::AppState;
+use crate::clock::SharedClock;
 use crate::domain::{new_id, ActionStatus, Millis};
 use crate::error::ApiError;
-use crate::protocol::execute::{mark_sent, resent_audit, send_and_finish, take_lease};
+use crate::ports::{ActionStore, AuditLog};
+use crate::protocol::execute::{mark_sent, resent_audit, send_and_finish, take_lease, Dispatch};
+
+use super::Worker;
 use crate::records::{ActionRecord, KeyRecord, KeyState};
 
 /// The first page of unsent actions; each further page doubles it.
@@ -36,13 +40,35 @@ enum Swept {
     Skipped,
 }
 
-/// One pass; returns how many actions it sent. An action that fails does not stop the
-/// pass; the first error is returned at its end.
-pub async fn sweep_once(st: &AppState) -> Result<usize, ApiError> {
+/// The sweeper, built once per process (`app.rs`): `airlock serve` runs it every
+/// `sweep_interval_ms`, the `sweeper` Lambda on a schedule.
+#[derive(Clone)]
+pub struct Sweeper {
+    pub clock: SharedClock,
+    /// An action claimed but not sent for this long is sent.
+    pub sweep_after_ms: Millis,
+    /// How long the sweeper holds a key's lease while it sends.
+    pub lease_ms: Millis,
+    pub actions: Arc<dyn ActionStore>,
+    pub audit: Arc<dyn AuditLog>,
+    pub dispatch: Dispatch,
+    /// The worker's kill-switch check, applied to order submissions before they are sent.
+    pub worker: Arc<Worker>,
+}
+
+impl Sweeper {
+    /// One pass; returns how many actions it sent. An action that fails does not stop the
+    /// pass; the first error is returned at its end.
+    pub async fn sweep_once(&self) -> Result<usize, ApiError> {
+        sweep_once(self).await
+    }
+}
+
+async fn sweep_once(st: &Sweeper) -> Result<usize, ApiError> {
     let now = st.clock.now_ms();
-    let before = now - st.config.sweep_after_ms;
+    let before = now - st.sweep_after_ms;
     scan(
-        |limit| async move { Ok(st.ports.actions.list_unsent(before, limit).await?) },
+        |limit| async move { Ok(st.actions.list_unsent(before, limit).await?) },
         |a: &ActionRecord| a.action_id.clone(),
         |action: ActionRecord| async move {
             let span = tracing::info_span!("sweep", action_id = %action.action_id);
@@ -105,13 +131,9 @@ where
 }
 
 /// Takes the key's lease of one unsent action, then sends it, or settles it unsent.
-async fn sweep_action(
-    st: &AppState,
-    action: &ActionRecord,
-    now: Millis,
-) -> Result<Swept, ApiError> {
+async fn sweep_action(st: &Sweeper, action: &ActionRecord, now: Millis) -> Result<Swept, ApiError> {
     let Some(key) = st
-        .ports
+        .dispatch
         .ledger
         .get_key(
             &crate::records::key_scope(&action.service_principal, &action.requested_by),
@@ -140,7 +162,7 @@ async fn sweep_action(
         return Ok(Swept::Skipped);
     }
     let owner = new_id("sweeper", now);
-    if !take_lease(st, &key, &owner, now + st.config.execute_lease_ms).await? {
+    if !take_lease(&st.dispatch, &key, &owner, now + st.lease_ms).await? {
         return Ok(Swept::Skipped);
     }
     if matches!(
@@ -151,14 +173,13 @@ async fn sweep_action(
         return Ok(Swept::Settled);
     }
     if action.action_type.is_order_submission() {
-        if let Some(why) = crate::worker::refuse_unsent_submission(st, action).await? {
+        if let Some(why) = super::refuse_unsent_submission(&st.worker, action).await? {
             return refuse(st, &key, &owner, action, &why, now).await;
         }
     }
-    send_and_finish(st, &key, &owner, action, now).await?;
+    send_and_finish(&st.dispatch, &key, &owner, action, now).await?;
     tracing::warn!("sweeper sent an action left unsent");
-    st.ports
-        .audit
+    st.audit
         .append(&resent_audit(
             action,
             &key.key,
@@ -173,15 +194,15 @@ async fn sweep_action(
 /// The kill switch is engaged: the order submission is failed unsent, audited, and its key
 /// settled.
 async fn refuse(
-    st: &AppState,
+    st: &Sweeper,
     key: &KeyRecord,
     owner: &str,
     action: &ActionRecord,
     why: &str,
     now: Millis,
 ) -> Result<Swept, ApiError> {
-    st.ports
-        .workers
+    st.worker
+        .store
         .set_action_status(
             &action.action_id,
             &[ActionStatus::Queued],
@@ -201,7 +222,7 @@ async fn refuse(
     );
     audit.decision = "rejected".into();
     audit.reason_code = Some("kill_switch_engaged".into());
-    st.ports.audit.append(&audit).await?;
+    st.audit.append(&audit).await?;
     Ok(Swept::Settled)
 }
 
@@ -209,13 +230,13 @@ async fn refuse(
 /// the action leaves the unsent index; a retry of the key then replays that decision, and
 /// the action's own status says how it ended.
 async fn settle(
-    st: &AppState,
+    st: &Sweeper,
     key: &KeyRecord,
     owner: &str,
     action: &ActionRecord,
     now: Millis,
 ) -> Result<(), ApiError> {
-    if !mark_sent(st, key, owner, action, now).await? {
+    if !mark_sent(&st.dispatch, key, owner, action, now).await? {
         tracing::warn!("lost the key's lease before settling it; a later pass will");
     }
     Ok(())
