@@ -7,7 +7,7 @@ use crate::adapters::local_signer::LocalSigner;
 use crate::adapters::sqlite::Sqlite;
 use crate::auth::dev_issuer::{DevIssuer, DEV_ISSUER_KID};
 use crate::auth::jwks::{HttpFetcher, JwksCache, JwksTiming};
-use crate::auth::{Authenticator, Issuer, KeySet, KeySource, RoleTable};
+use crate::auth::{Authenticator, Issuer, KeySet, KeySource};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::pagination::CursorCodec;
@@ -211,22 +211,6 @@ pub fn dev_issuer(cfg: &Config) -> Result<DevIssuer, String> {
     DevIssuer::new(&key)
 }
 
-/// The role table: `AIRLOCK_ROLES_FILE` (a file) or `AIRLOCK_ROLES` (the text itself), one
-/// role per line as `name: [inherits parent,] permission, ..., [all_desks]`; the contract's
-/// `viewer < trader < head_trader < admin` when neither is set.
-pub fn role_table() -> Result<RoleTable, String> {
-    let text = match (
-        std::env::var("AIRLOCK_ROLES_FILE"),
-        std::env::var("AIRLOCK_ROLES"),
-    ) {
-        (Ok(path), _) if !path.trim().is_empty() => std::fs::read_to_string(path.trim())
-            .map_err(|e| format!("configuration: AIRLOCK_ROLES_FILE: {path}: {e}"))?,
-        (_, Ok(text)) if !text.trim().is_empty() => text,
-        _ => return Ok(RoleTable::default()),
-    };
-    RoleTable::parse(&text).map_err(|e| format!("configuration: role table: {e}"))
-}
-
 /// Where one token kind's keys come from: its JWKS URL when configured; else, when
 /// `dev_fallback`, the local dev issuer of the state dir (`airlock serve`, `airlock token`);
 /// else nowhere (a Lambda with no identity provider refuses every token, saying why).
@@ -300,7 +284,7 @@ pub fn authenticator(cfg: &Config, dev_fallback: bool) -> Result<Authenticator, 
         service,
         operator,
         claims: cfg.claims.clone(),
-        roles: role_table()?,
+        roles: cfg.roles.clone(),
         max_service_lifetime_s: cfg.max_service_token_lifetime_s as i64,
         skew_s: cfg.clock_skew_s as i64,
         verified_services: Default::default(),
@@ -334,39 +318,14 @@ impl Ports {
     }
 }
 
-/// Which backend a process runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Embedded,
-    Aws,
-}
+pub use crate::config::Backend;
 
-impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "embedded" => Ok(Backend::Embedded),
-            "aws" => Ok(Backend::Aws),
-            other => Err(format!("unknown backend {other:?}: embedded or aws")),
-        }
-    }
-}
-
-/// The cursor MAC key: `AIRLOCK_CURSOR_KEY` (base64, at least 32 bytes; every function of
-/// a deployment must share it), else a key file in the state dir.
+/// The cursor MAC key: the configured one (`AIRLOCK_CURSOR_KEY`), else a key file in the
+/// state dir.
 fn cursor_key(cfg: &Config) -> Result<Vec<u8>, String> {
-    use base64::Engine;
-    match std::env::var("AIRLOCK_CURSOR_KEY") {
-        Ok(v) if !v.trim().is_empty() => {
-            let k = base64::engine::general_purpose::STANDARD
-                .decode(v.trim())
-                .map_err(|_| "configuration: AIRLOCK_CURSOR_KEY: not base64".to_string())?;
-            if k.len() < 32 {
-                return Err("configuration: AIRLOCK_CURSOR_KEY: needs at least 32 bytes".into());
-            }
-            Ok(k)
-        }
-        _ => keys::load_or_create_secret(&cfg.state_dir.join(files::CURSOR_KEY)),
+    match &cfg.cursor_key {
+        Some(k) => Ok(k.0.clone()),
+        None => keys::load_or_create_secret(&cfg.state_dir.join(files::CURSOR_KEY)),
     }
 }
 
@@ -417,11 +376,7 @@ pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), S
 pub async fn from_env() -> Result<AppState, String> {
     let cfg = Config::from_env().map_err(|e| e.to_string())?;
     let clock: SharedClock = Arc::new(crate::clock::OffsetClock::system());
-    let backend: Backend = std::env::var("AIRLOCK_BACKEND")
-        .unwrap_or_else(|_| "aws".into())
-        .parse()
-        .map_err(|e| format!("configuration: AIRLOCK_BACKEND: {e}"))?;
-    match backend {
+    match cfg.backend {
         Backend::Aws => aws(cfg, clock, false).await,
         Backend::Embedded => embedded(cfg, clock).map(|(s, _)| s),
     }

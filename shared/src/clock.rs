@@ -32,14 +32,10 @@ impl OffsetClock {
         }
     }
 
-    /// `AIRLOCK_NOW` (RFC 3339) when set, the system clock otherwise.
-    pub fn from_env() -> Result<Self, String> {
-        match std::env::var("AIRLOCK_NOW") {
-            Ok(v) if !v.trim().is_empty() => chrono::DateTime::parse_from_rfc3339(v.trim())
-                .map(|t| Self::starting_at(t.with_timezone(&chrono::Utc)))
-                .map_err(|e| format!("AIRLOCK_NOW must be an RFC 3339 instant ({e})")),
-            _ => Ok(Self::system()),
-        }
+    /// A clock starting at `now` (the configuration's `AIRLOCK_NOW`) when given, the
+    /// system clock otherwise.
+    pub fn starting_at_or_system(now: Option<chrono::DateTime<chrono::Utc>>) -> Self {
+        now.map(Self::starting_at).unwrap_or_else(Self::system)
     }
 }
 

@@ -7,6 +7,18 @@ use std::path::PathBuf;
 pub struct Config {
     /// Where the embedded backend keeps its SQLite file and local keys.
     pub state_dir: PathBuf,
+    /// `AIRLOCK_BACKEND`: the backend a Lambda runs on (`aws` when unset). `airlock` takes
+    /// its own `--backend` flag, which defaults to this variable too.
+    pub backend: Backend,
+    /// `AIRLOCK_NOW` (RFC 3339): the instant the local clock starts at, for demos and
+    /// tests; Lambdas ignore it.
+    pub now: Option<chrono::DateTime<chrono::Utc>>,
+    /// The role table: `AIRLOCK_ROLES_FILE` (a file) or `AIRLOCK_ROLES` (the text itself);
+    /// the contract's `viewer < trader < head_trader < admin` when neither is set.
+    pub roles: crate::auth::RoleTable,
+    /// `AIRLOCK_CURSOR_KEY` (base64, at least 32 bytes): the cursor MAC key every function
+    /// of a deployment shares; unset, a key file in the state dir.
+    pub cursor_key: Option<Secret>,
     pub service_issuer: String,
     pub service_audience: String,
     pub operator_issuer: String,
@@ -58,6 +70,10 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             state_dir: PathBuf::from(".airlock"),
+            backend: Backend::Aws,
+            now: None,
+            roles: crate::auth::RoleTable::default(),
+            cursor_key: None,
             service_issuer: DEFAULT_SERVICE_ISSUER.into(),
             service_audience: DEFAULT_SERVICE_AUDIENCE.into(),
             operator_issuer: DEFAULT_OPERATOR_ISSUER.into(),
@@ -149,6 +165,79 @@ fn service_marker() -> Result<Option<crate::auth::ServiceMarker>, ConfigError> {
     })
 }
 
+/// Which backend a process runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Embedded,
+    Aws,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "embedded" => Ok(Backend::Embedded),
+            "aws" => Ok(Backend::Aws),
+            other => Err(format!("unknown backend {other:?}: embedded or aws")),
+        }
+    }
+}
+
+/// Secret bytes: never printed, not even by `{:?}` of the configuration.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+fn now() -> Result<Option<chrono::DateTime<chrono::Utc>>, ConfigError> {
+    match var("AIRLOCK_NOW") {
+        None => Ok(None),
+        Some(v) => chrono::DateTime::parse_from_rfc3339(v.trim())
+            .map(|t| Some(t.with_timezone(&chrono::Utc)))
+            .map_err(|e| ConfigError {
+                var: "AIRLOCK_NOW",
+                message: format!("must be an RFC 3339 instant ({e})"),
+            }),
+    }
+}
+
+fn roles() -> Result<crate::auth::RoleTable, ConfigError> {
+    let (name, text) = match (var("AIRLOCK_ROLES_FILE"), var("AIRLOCK_ROLES")) {
+        (Some(path), _) => (
+            "AIRLOCK_ROLES_FILE",
+            std::fs::read_to_string(path.trim()).map_err(|e| ConfigError {
+                var: "AIRLOCK_ROLES_FILE",
+                message: format!("{}: {e}", path.trim()),
+            })?,
+        ),
+        (None, Some(text)) => ("AIRLOCK_ROLES", text),
+        (None, None) => return Ok(crate::auth::RoleTable::default()),
+    };
+    crate::auth::RoleTable::parse(&text).map_err(|message| ConfigError { var: name, message })
+}
+
+fn cursor_key() -> Result<Option<Secret>, ConfigError> {
+    use base64::Engine;
+    let Some(v) = var("AIRLOCK_CURSOR_KEY") else {
+        return Ok(None);
+    };
+    let err = |message: &str| ConfigError {
+        var: "AIRLOCK_CURSOR_KEY",
+        message: message.into(),
+    };
+    let k = base64::engine::general_purpose::STANDARD
+        .decode(v.trim())
+        .map_err(|_| err("not base64"))?;
+    if k.len() < 32 {
+        return Err(err("needs at least 32 bytes"));
+    }
+    Ok(Some(Secret(k)))
+}
+
 impl Config {
     /// Rules across variables: the two token kinds must be told apart, and the JWKS
     /// refetch cooldown may not outlast the cache.
@@ -181,6 +270,16 @@ impl Config {
             state_dir: var("AIRLOCK_STATE_DIR")
                 .map(PathBuf::from)
                 .unwrap_or(d.state_dir),
+            backend: match var("AIRLOCK_BACKEND") {
+                None => d.backend,
+                Some(v) => v.trim().parse().map_err(|message| ConfigError {
+                    var: "AIRLOCK_BACKEND",
+                    message,
+                })?,
+            },
+            now: now()?,
+            roles: roles()?,
+            cursor_key: cursor_key()?,
             service_issuer: var("AIRLOCK_SERVICE_ISSUER").unwrap_or(d.service_issuer),
             service_audience: var("AIRLOCK_SERVICE_AUDIENCE").unwrap_or(d.service_audience),
             operator_issuer: var("AIRLOCK_OPERATOR_ISSUER").unwrap_or(d.operator_issuer),

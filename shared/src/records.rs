@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::payload::NormalizedPayload;
 use crate::domain::{ActionStatus, ActionType, Millis, QueueTarget};
 use crate::error::FieldError;
 
@@ -27,7 +28,7 @@ pub struct PlanRecord {
     pub desk: String,
     pub requested_by: String,
     pub service_principal: String,
-    pub normalized_payload: serde_json::Value,
+    pub normalized_payload: NormalizedPayload,
     pub payload_hash: String,
     pub risk_checks: Vec<RiskCheck>,
     pub executable: bool,
@@ -155,7 +156,7 @@ pub struct QueueMessage {
     pub action_id: String,
     pub plan_id: String,
     pub action_type: ActionType,
-    pub normalized_payload: serde_json::Value,
+    pub normalized_payload: NormalizedPayload,
     pub resource_refs: ResourceRefs,
     pub requested_by: String,
     pub service_principal: String,

@@ -12,6 +12,7 @@ use airlock::adapters::keys;
 use airlock::adapters::local_signer::LocalSigner;
 use airlock::adapters::sqlite::Sqlite;
 use airlock::app::Ports;
+use airlock::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
 use airlock::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Millis, Order,
     OrderStatus, OrderType, Position, QueueTarget, Side, TimeInForce,
@@ -148,7 +149,18 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         desk: "energy".into(),
         requested_by: "op-1".into(),
         service_principal: "svc1".into(),
-        normalized_payload: serde_json::json!({ "account_id": account_id, "symbol": SYMBOL }),
+        normalized_payload: NormalizedPayload::OrderSubmitCl(NormalizedOrder {
+            account_id: account_id.into(),
+            symbol: SYMBOL.into(),
+            contract_month: None,
+            last_trade_date: None,
+            side: Side::Buy,
+            quantity: 1,
+            order_type: OrderType::Market,
+            limit_price: None,
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        }),
         payload_hash: "hash".into(),
         risk_checks: vec![],
         executable: true,
@@ -220,7 +232,9 @@ fn message(action_id: &str, plan_id: &str, action_type: ActionType) -> QueueMess
         action_id: action_id.into(),
         plan_id: plan_id.into(),
         action_type,
-        normalized_payload: serde_json::json!({ "account_id": "ACC-Q" }),
+        normalized_payload: NormalizedPayload::PositionsSync(NormalizedSync {
+            account_id: "ACC-Q".into(),
+        }),
         resource_refs: ResourceRefs::default(),
         requested_by: "op-1".into(),
         service_principal: "svc1".into(),

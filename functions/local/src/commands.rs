@@ -37,8 +37,8 @@ pub enum TokenKind {
     },
 }
 
-fn clock() -> Result<SharedClock, String> {
-    Ok(Arc::new(OffsetClock::from_env()?))
+fn clock(cfg: &Config) -> SharedClock {
+    Arc::new(OffsetClock::starting_at_or_system(cfg.now))
 }
 
 fn list(s: &str) -> Vec<String> {
@@ -51,7 +51,7 @@ fn list(s: &str) -> Vec<String> {
 
 pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
     let issuer = app::dev_issuer(&cfg)?;
-    let now = clock()?.now_ms().div_euclid(1000);
+    let now = clock(&cfg).now_ms().div_euclid(1000);
     let t = match kind {
         TokenKind::Service { sub, scopes, ttl } => {
             if !(1..=cfg.max_service_token_lifetime_s as i64).contains(&ttl) {
@@ -82,9 +82,9 @@ pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
 /// The state on the chosen backend; the embedded one seeds demo data into a new database.
 async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
     match backend {
-        Backend::Aws => app::aws(cfg, clock()?, true).await,
+        Backend::Aws => app::aws(cfg.clone(), clock(&cfg), true).await,
         Backend::Embedded => {
-            let (state, db) = app::embedded(cfg, clock()?)?;
+            let (state, db) = app::embedded(cfg.clone(), clock(&cfg))?;
             if db.is_empty().await.map_err(|e| e.to_string())? {
                 airlock::seed::load_demo_all(&state.ports, state.clock.now_ms())
                     .await
@@ -101,7 +101,7 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
         println!("{line}");
     }
     if demo_data {
-        let st = app::aws(cfg, clock()?, true).await?;
+        let st = app::aws(cfg.clone(), clock(&cfg), true).await?;
         let page = airlock::ports::Page {
             after: None,
             limit: 1,

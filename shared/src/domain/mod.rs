@@ -6,6 +6,7 @@
 pub mod calendar;
 pub mod cl;
 pub mod fills;
+pub mod payload;
 
 use std::fmt;
 use std::str::FromStr;

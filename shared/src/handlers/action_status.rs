@@ -4,15 +4,15 @@
 
 use axum::extract::State;
 use axum::http::Uri;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::Value;
 
-use super::views;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, PathId, QueryParams};
+use crate::protocol::views::ActionView;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/actions/{action_id}"), get(handler))
@@ -23,8 +23,8 @@ async fn handler(
     Authed(caller): Authed,
     PathId(action_id): PathId,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     QueryParams::parse(uri.query())?.finish()?;
     let a = st.reads.action(&caller, &action_id).await?;
-    Ok(Json(views::action(&a)))
+    Ok(Json(ActionView::from(&a)).into_response())
 }

@@ -2,7 +2,7 @@
 
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::app::AppState;
 
@@ -10,6 +10,17 @@ pub fn routes() -> Router<AppState> {
     Router::new().route("/health", get(health))
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({ "status": "ok", "service": "airlock", "version": env!("CARGO_PKG_VERSION") }))
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+    service: &'static str,
+    version: &'static str,
+}
+
+async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        service: "airlock",
+        version: env!("CARGO_PKG_VERSION"),
+    })
 }

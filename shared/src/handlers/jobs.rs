@@ -2,16 +2,16 @@
 
 use axum::extract::State;
 use axum::http::Uri;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::Value;
 
-use super::views;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
 use crate::ports::JobFilter;
+use crate::protocol::views::ListingView;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/jobs"), get(handler))
@@ -21,7 +21,7 @@ async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
     let filter = JobFilter {
         kind: q.parsed("kind")?,
@@ -30,5 +30,9 @@ async fn handler(
     let page = q.page()?;
     q.finish()?;
     let l = st.reads.jobs(&caller, filter, &page).await?;
-    Ok(Json(views::listing("jobs", &l, views::job)))
+    Ok(Json(ListingView {
+        name: "jobs",
+        listing: &l,
+    })
+    .into_response())
 }

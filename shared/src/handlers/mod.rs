@@ -10,7 +10,6 @@ pub mod jobs;
 pub mod orders;
 pub mod plan;
 pub mod positions;
-mod views;
 
 use axum::Router;
 

@@ -2,15 +2,15 @@
 
 use axum::extract::State;
 use axum::http::Uri;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::Value;
 
-use super::views;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, QueryParams};
+use crate::protocol::views::ListingView;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/positions"), get(handler))
@@ -20,7 +20,7 @@ async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let mut q = QueryParams::parse(uri.query())?;
     let account_id = q.ident("account_id")?;
     let page = q.page()?;
@@ -29,5 +29,9 @@ async fn handler(
         .reads
         .positions(&caller, account_id.as_deref(), &page)
         .await?;
-    Ok(Json(views::listing("positions", &l, views::position)))
+    Ok(Json(ListingView {
+        name: "positions",
+        listing: &l,
+    })
+    .into_response())
 }

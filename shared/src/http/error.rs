@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::error::{ApiError, Code};
 use crate::http::observe::current_request_id;
@@ -31,20 +31,39 @@ pub fn status_of(code: Code) -> StatusCode {
     }
 }
 
+/// The contract's error body.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
+    pub request_id: String,
+    /// `rejected` on an execute's rejection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+    /// The action a rejection is about, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_id: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail<'a> {
+    pub code: &'static str,
+    pub message: &'a str,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub details: &'a [crate::error::FieldError],
+}
+
 /// The contract's error body for `e`, with the current request id.
-pub fn error_body(e: &ApiError) -> serde_json::Value {
-    let mut error = json!({ "code": e.code.as_str(), "message": e.message });
-    if !e.details.is_empty() {
-        error["details"] = json!(e.details);
+pub fn error_body(e: &ApiError) -> ErrorBody<'_> {
+    ErrorBody {
+        error: ErrorDetail {
+            code: e.code.as_str(),
+            message: &e.message,
+            details: &e.details,
+        },
+        request_id: current_request_id(),
+        status: e.code.is_execute_rejection().then_some("rejected"),
+        action_id: e.action_id.as_deref(),
     }
-    let mut body = json!({ "error": error, "request_id": current_request_id() });
-    if e.code.is_execute_rejection() {
-        body["status"] = json!("rejected");
-    }
-    if let Some(a) = &e.action_id {
-        body["action_id"] = json!(a);
-    }
-    body
 }
 
 impl IntoResponse for ApiError {

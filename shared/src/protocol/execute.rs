@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::{order_inputs_exposure, NormalizedOrder};
+use super::plan::order_inputs_exposure;
 use super::{not_found, sha256_hex, ChatContext};
 use crate::auth::{Caller, Permission, TokenFault};
 use crate::clock::SharedClock;
@@ -632,8 +632,10 @@ async fn decide(
 
 /// The plan's order, as confirmed.
 fn plan_order(plan: &PlanRecord) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
-    let normalized: NormalizedOrder = serde_json::from_value(plan.normalized_payload.clone())
-        .map_err(|e| ApiError::internal(format!("stored plan payload: {e}")))?;
+    let normalized = plan
+        .normalized_payload
+        .order()
+        .ok_or_else(|| ApiError::internal(format!("plan {} holds no order", plan.plan_id)))?;
     let order = normalized.as_request().map_err(ApiError::internal)?;
     Ok((order, ClContract::parse(&normalized.symbol).ok()))
 }
@@ -733,8 +735,9 @@ async fn accept(
         QueueTarget::Orders => ResourceRefs {
             order_id: Some(match plan.action_type {
                 // A cancel acts on an existing order.
-                ActionType::OrderCancel => plan.normalized_payload["order_id"]
-                    .as_str()
+                ActionType::OrderCancel => plan
+                    .normalized_payload
+                    .cancelled_order_id()
                     .unwrap_or_default()
                     .to_string(),
                 _ => new_id("ord", now),

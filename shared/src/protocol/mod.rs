@@ -6,6 +6,7 @@ pub mod control;
 pub mod execute;
 pub mod plan;
 pub mod reads;
+pub mod views;
 
 use std::collections::BTreeMap;
 

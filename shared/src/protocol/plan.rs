@@ -10,6 +10,9 @@ use crate::auth::{Caller, Permission};
 use crate::clock::SharedClock;
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::cl::ClContract;
+use crate::domain::payload::{
+    NormalizedCancel, NormalizedOrder, NormalizedPayload, NormalizedSync,
+};
 use crate::domain::{
     new_id, rfc3339, Account, ActionType, OrderCancel, OrderSubmitCl, OrderType, PositionsSync,
     Price, Side, TimeInForce,
@@ -58,7 +61,7 @@ pub struct PlanRequest {
 pub struct PlanResponse {
     pub plan_id: String,
     pub action_type: ActionType,
-    pub normalized_payload: serde_json::Value,
+    pub normalized_payload: NormalizedPayload,
     pub risk_checks: Vec<RiskCheck>,
     pub preview: String,
     pub executable: bool,
@@ -69,41 +72,10 @@ pub struct PlanResponse {
     pub policy_version: String,
 }
 
-/// The normalized `order.submit.cl` payload: what execute, the queue message and the
-/// workers see. `symbol` is canonical (`CLF27`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NormalizedOrder {
-    pub account_id: String,
-    pub symbol: String,
-    pub contract_month: Option<String>,
-    pub last_trade_date: Option<String>,
-    pub side: Side,
-    pub quantity: u32,
-    pub order_type: OrderType,
-    pub limit_price: Option<Price>,
-    pub stop_price: Option<Price>,
-    pub time_in_force: TimeInForce,
-}
-
-impl NormalizedOrder {
-    pub fn as_request(&self) -> Result<OrderSubmitCl, String> {
-        Ok(OrderSubmitCl {
-            account_id: crate::domain::Ident::parse(&self.account_id)?,
-            symbol: self.symbol.clone(),
-            side: self.side,
-            quantity: crate::domain::Quantity::new(self.quantity as i64)?,
-            order_type: self.order_type,
-            limit_price: self.limit_price,
-            stop_price: self.stop_price,
-            time_in_force: self.time_in_force,
-        })
-    }
-}
-
 /// What an evaluated action amounts to, before it is stored.
 struct Evaluated {
     account: Account,
-    normalized: serde_json::Value,
+    normalized: NormalizedPayload,
     checks: Vec<RiskCheck>,
     preview: String,
     reference: Option<Price>,
@@ -206,8 +178,7 @@ async fn evaluate_order(
     };
     Ok(Evaluated {
         preview: order_preview(&normalized),
-        normalized: serde_json::to_value(&normalized)
-            .map_err(|e| ApiError::internal(e.to_string()))?,
+        normalized: NormalizedPayload::OrderSubmitCl(normalized),
         account,
         checks,
         reference,
@@ -243,7 +214,10 @@ async fn evaluate_cancel(
             "Cancel order {}{detail} on {}.",
             c.order_id, account.account_id
         ),
-        normalized: serde_json::json!({ "account_id": account.account_id, "order_id": c.order_id }),
+        normalized: NormalizedPayload::OrderCancel(NormalizedCancel {
+            account_id: account.account_id.clone(),
+            order_id: c.order_id.as_str().to_string(),
+        }),
         account,
         checks,
         reference: None,
@@ -264,7 +238,9 @@ async fn evaluate_sync(
             "Rebuild the positions of {} from the broker's view and record what changed.",
             account.account_id
         ),
-        normalized: serde_json::json!({ "account_id": account.account_id }),
+        normalized: NormalizedPayload::PositionsSync(NormalizedSync {
+            account_id: account.account_id.clone(),
+        }),
         account,
         checks,
         reference: None,
@@ -315,7 +291,7 @@ async fn plan(
     let ttl_ms = state.confirmation_ttl_s as i64 * 1000;
     let expires_at = now + ttl_ms;
     let plan_id = new_id("pln", now);
-    let hash = payload_hash(&eval.normalized);
+    let hash = payload_hash(&eval.normalized.to_json());
     let executable = !eval.checks.iter().any(RiskCheck::failed);
     let policy_version =
         policy::in_force(&state.policy, &control).full_version(ExchangeCalendar::cme());

@@ -17,7 +17,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use serde_json::json;
 use tracing::Instrument;
 
 use crate::auth::DeskScope;
@@ -33,7 +32,6 @@ use crate::ports::{
     AccountStore, ActionStore, ControlStore, OrderStore, PositionStore, WorkerStore,
 };
 use crate::ports::{Page, PositionChange, PositionsReplacement};
-use crate::protocol::plan::NormalizedOrder;
 use crate::records::{ActionRecord, QueueMessage, QUEUE_MESSAGE_SCHEMA};
 
 const ROUNDS: usize = 16;
@@ -49,6 +47,20 @@ pub enum Outcome {
     /// The message is not the stored action's (forged, or naming no action): nothing was
     /// done, and the message is deleted, since no redelivery can make it right.
     Refused(String),
+}
+
+/// A sync job's result: how many positions the broker reported, and which changed.
+#[derive(Debug, serde::Serialize)]
+struct SyncResult {
+    positions: usize,
+    changed: Vec<SyncChange>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct SyncChange {
+    symbol: String,
+    before: i64,
+    after: i64,
 }
 
 /// Handles one message. `Err`: a fault (storage, broker, a malformed message, a panic);
@@ -433,7 +445,15 @@ async fn fail_job(st: &Worker, action: &ActionRecord, job_id: &str, error: &str,
             created_at: stored.created_at,
             ..job
         };
-        if let Err(err) = st.store.finish_job(&failed, &json!({}), None).await {
+        if let Err(err) = st
+            .store
+            .finish_job(
+                &failed,
+                &serde_json::Value::Object(Default::default()),
+                None,
+            )
+            .await
+        {
             tracing::error!(error = %err, "could not mark the job failed");
         }
     }
@@ -540,8 +560,10 @@ fn new_order(msg: &QueueMessage, now: Millis) -> Result<Order, ApiError> {
         .order_id
         .clone()
         .ok_or_else(|| bad_message("no order_id"))?;
-    let n: NormalizedOrder = serde_json::from_value(msg.normalized_payload.clone())
-        .map_err(|e| bad_message(e.to_string()))?;
+    let n = msg
+        .normalized_payload
+        .order()
+        .ok_or_else(|| bad_message("an order submission without an order"))?;
     Ok(Order {
         order_id,
         account_id: n.account_id.clone(),
@@ -838,10 +860,7 @@ async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         .job_id
         .clone()
         .ok_or_else(|| bad_message("no job_id"))?;
-    let account = msg.normalized_payload["account_id"]
-        .as_str()
-        .ok_or_else(|| bad_message("no account_id"))?
-        .to_string();
+    let account = msg.normalized_payload.account_id().to_string();
     let now = st.clock.now_ms();
     let job = st
         .store
@@ -905,7 +924,11 @@ async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
             .map(|p| p.quantity)
             .unwrap_or(0);
         if was != now_q {
-            changed.push(json!({ "symbol": sym, "before": was, "after": now_q }));
+            changed.push(SyncChange {
+                symbol: sym.to_string(),
+                before: was,
+                after: now_q,
+            });
         }
     }
     let rows: Vec<Position> = broker
@@ -919,7 +942,11 @@ async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
             updated_at: now,
         })
         .collect();
-    let result = json!({ "positions": rows.len(), "changed": changed });
+    let result = serde_json::to_value(SyncResult {
+        positions: rows.len(),
+        changed,
+    })
+    .map_err(|e| ApiError::internal(format!("sync result: {e}")))?;
     let done = Job {
         status: JobStatus::Succeeded,
         updated_at: now,
@@ -1011,6 +1038,8 @@ async fn reconcile_orders(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::payload::NormalizedPayload;
+    use serde_json::json;
 
     fn message() -> QueueMessage {
         serde_json::from_value(json!({
@@ -1039,10 +1068,14 @@ mod tests {
         type Forge = fn(&mut QueueMessage);
         let forged: [(&str, Forge); 7] = [
             ("normalized_payload", |m| {
-                m.normalized_payload["quantity"] = json!(7)
+                if let NormalizedPayload::OrderSubmitCl(o) = &mut m.normalized_payload {
+                    o.quantity = 7
+                }
             }),
             ("normalized_payload", |m| {
-                m.normalized_payload["account_id"] = json!("ACC-2")
+                if let NormalizedPayload::OrderSubmitCl(o) = &mut m.normalized_payload {
+                    o.account_id = "ACC-2".into()
+                }
             }),
             ("resource_refs", |m| {
                 m.resource_refs.order_id = Some("ord-2".into())

@@ -269,7 +269,10 @@ pub(super) mod tests {
     fn msg(action_id: &str) -> QueueMessage {
         serde_json::from_value(serde_json::json!({
             "schema": "airlock.action.v1", "action_id": action_id, "plan_id": "p",
-            "action_type": "order.submit.cl", "normalized_payload": {}, "resource_refs": {},
+            "action_type": "order.submit.cl",
+            "normalized_payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": "buy",
+                                   "quantity": 1, "order_type": "market", "time_in_force": "day"},
+            "resource_refs": {},
             "requested_by": "op", "service_principal": "svc", "enqueued_at": "t",
             "trace": {"request_id": "r", "chat_session_id": null, "tool_call_id": null}
         }))
