@@ -3,7 +3,6 @@
 //! `invalid_request` naming `action_id`, before any store is asked; an unknown one is 404.
 
 use axum::extract::State;
-use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -11,7 +10,7 @@ use axum::{Json, Router};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
-use crate::http::extract::{Authed, PathId, QueryParams};
+use crate::http::extract::{Authed, PathId, Query};
 use crate::protocol::views::ActionView;
 
 pub fn routes() -> Router<AppState> {
@@ -22,9 +21,9 @@ async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
     PathId(action_id): PathId,
-    uri: Uri,
+    Query(q): Query,
 ) -> Result<Response, ApiError> {
-    QueryParams::parse(uri.query())?.finish()?;
+    q.finish()?;
     let a = st.reads.action(&caller, &action_id).await?;
     Ok(Json(ActionView::from(&a)).into_response())
 }

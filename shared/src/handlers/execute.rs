@@ -1,7 +1,7 @@
 //! `POST /actions/execute`: plan id + confirmation token + idempotency key -> queued work.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
-use crate::http::extract::{check_ident, Authed, JsonBody, QueryParams};
+use crate::http::extract::{check_ident, Authed, JsonBody, Query};
 use crate::http::observe::current_request_id;
 use crate::protocol::execute::{ExecuteOutcome, ExecuteRequest, RequestFacts};
 
@@ -20,11 +20,11 @@ pub fn routes() -> Router<AppState> {
 async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
-    uri: Uri,
+    Query(q): Query,
     headers: HeaderMap,
     JsonBody(req): JsonBody<ExecuteRequest>,
 ) -> Result<Response, ApiError> {
-    QueryParams::parse(uri.query())?.finish()?;
+    q.finish()?;
     check_execute_request(&req)?;
     let header_key = match headers.get("idempotency-key") {
         None => None,

@@ -11,7 +11,8 @@ pub mod orders;
 pub mod plan;
 pub mod positions;
 
-use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -29,6 +30,15 @@ pub fn all() -> Router<AppState> {
         .merge(action_status::routes())
         .merge(plan::routes())
         .merge(execute::routes())
+}
+
+/// One page of a listing as the answer: `{ "<name>": [...], "next_cursor": ... }`.
+fn listing<T>(name: &'static str, listing: &crate::protocol::reads::Listing<T>) -> Response
+where
+    for<'a> T: crate::protocol::views::Viewed<'a>,
+    for<'a> &'a T: Into<<T as crate::protocol::views::Viewed<'a>>::View>,
+{
+    Json(crate::protocol::views::ListingView { name, listing }).into_response()
 }
 
 /// The most free-form trace fields a `chat_context` may carry next to its two ids.

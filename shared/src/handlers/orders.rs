@@ -1,17 +1,15 @@
 //! `GET /orders?account_id=&status=`: orders on the operator's desks, newest first.
 
 use axum::extract::State;
-use axum::http::Uri;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
-use crate::http::extract::{Authed, QueryParams};
+use crate::http::extract::{Authed, Query};
 use crate::ports::OrderFilter;
-use crate::protocol::views::ListingView;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/orders"), get(handler))
@@ -20,9 +18,8 @@ pub fn routes() -> Router<AppState> {
 async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
-    uri: Uri,
+    Query(mut q): Query,
 ) -> Result<Response, ApiError> {
-    let mut q = QueryParams::parse(uri.query())?;
     let filter = OrderFilter {
         account_id: q.ident("account_id")?,
         status: q.parsed("status")?,
@@ -30,9 +27,5 @@ async fn handler(
     let page = q.page()?;
     q.finish()?;
     let l = st.reads.orders(&caller, filter, &page).await?;
-    Ok(Json(ListingView {
-        name: "orders",
-        listing: &l,
-    })
-    .into_response())
+    Ok(super::listing("orders", &l))
 }

@@ -1,7 +1,6 @@
 //! `POST /actions/plan`: validate, run risk checks, return a preview and a confirmation token.
 
 use axum::extract::State;
-use axum::http::Uri;
 use axum::routing::post;
 use axum::{Json, Router};
 
@@ -10,7 +9,7 @@ use crate::domain::ActionType;
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::check_text;
-use crate::http::extract::{Authed, JsonBody, QueryParams};
+use crate::http::extract::{Authed, JsonBody, Query};
 use crate::http::observe::current_request_id;
 use crate::protocol::plan::{PlanRequest, PlanResponse};
 
@@ -21,10 +20,10 @@ pub fn routes() -> Router<AppState> {
 async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
-    uri: Uri,
+    Query(q): Query,
     JsonBody(req): JsonBody<PlanRequest>,
 ) -> Result<Json<PlanResponse>, ApiError> {
-    QueryParams::parse(uri.query())?.finish()?;
+    q.finish()?;
     check_plan_request(&req)?;
     Ok(Json(
         st.plan.plan(&caller, req, &current_request_id()).await?,

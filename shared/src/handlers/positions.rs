@@ -1,16 +1,14 @@
 //! `GET /positions?account_id=`: positions on the operator's desks.
 
 use axum::extract::State;
-use axum::http::Uri;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::api;
-use crate::http::extract::{Authed, QueryParams};
-use crate::protocol::views::ListingView;
+use crate::http::extract::{Authed, Query};
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&api("/positions"), get(handler))
@@ -19,9 +17,8 @@ pub fn routes() -> Router<AppState> {
 async fn handler(
     State(st): State<AppState>,
     Authed(caller): Authed,
-    uri: Uri,
+    Query(mut q): Query,
 ) -> Result<Response, ApiError> {
-    let mut q = QueryParams::parse(uri.query())?;
     let account_id = q.ident("account_id")?;
     let page = q.page()?;
     q.finish()?;
@@ -29,9 +26,5 @@ async fn handler(
         .reads
         .positions(&caller, account_id.as_deref(), &page)
         .await?;
-    Ok(Json(ListingView {
-        name: "positions",
-        listing: &l,
-    })
-    .into_response())
+    Ok(super::listing("positions", &l))
 }

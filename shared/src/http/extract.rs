@@ -397,6 +397,18 @@ pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), ApiError> 
 /// percent-decode to UTF-8 (`/actions/%FF`), or that is not an identifier (too long,
 /// other characters), is 400 `invalid_request` naming the parameter, before any store is
 /// asked. An id that is well formed but unknown stays the endpoint's 404.
+/// The query string, parsed; a handler takes what it knows and calls
+/// [`QueryParams::finish`], which refuses the rest.
+pub struct Query(pub QueryParams);
+
+impl<S: Send + Sync> FromRequestParts<S> for Query {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        QueryParams::parse(parts.uri.query()).map(Query)
+    }
+}
+
 pub struct PathId(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for PathId {
