@@ -167,14 +167,16 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
         |id: &str, a: &str, s: &str, side, q, t, lp: &str, st, filled, fill: &str, ago: i64| {
             Order {
                 order_id: id.into(),
-                account_id: a.into(),
-                symbol: s.to_string(),
-                side,
-                quantity: q,
-                order_type: t,
-                limit_price: p(lp),
-                stop_price: None,
-                time_in_force: TimeInForce::Day,
+                terms: crate::domain::OrderTerms {
+                    account_id: a.into(),
+                    symbol: s.to_string(),
+                    side,
+                    quantity: q,
+                    order_type: t,
+                    limit_price: p(lp),
+                    stop_price: None,
+                    time_in_force: TimeInForce::Day,
+                },
                 status: st,
                 filled_quantity: filled,
                 avg_fill_price: p(fill),
@@ -318,9 +320,9 @@ fn exposures_of(positions: &[Position], orders: &[Order]) -> Vec<(String, String
     }
     for o in orders.iter().filter(|o| o.open_quantity() > 0) {
         let e = out
-            .entry((o.account_id.clone(), o.symbol.clone()))
+            .entry((o.terms.account_id.clone(), o.terms.symbol.clone()))
             .or_default();
-        match o.side {
+        match o.terms.side {
             Side::Buy => e.open_buy += o.open_quantity(),
             Side::Sell => e.open_sell += o.open_quantity(),
         }
@@ -336,14 +338,16 @@ pub async fn load_bulk_orders(w: &dyn ReadModelWriter, now: Millis, n: usize) ->
     for i in 0..n {
         batch.push(Order {
             order_id: format!("BULK-{i:07}"),
-            account_id: accounts[i % 3].into(),
-            symbol: if i % 2 == 0 { c1.clone() } else { c2.clone() },
-            side: if i % 2 == 0 { Side::Buy } else { Side::Sell },
-            quantity: 1 + (i % 5) as u32,
-            order_type: OrderType::Market,
-            limit_price: None,
-            stop_price: None,
-            time_in_force: TimeInForce::Day,
+            terms: crate::domain::OrderTerms {
+                account_id: accounts[i % 3].into(),
+                symbol: if i % 2 == 0 { c1.clone() } else { c2.clone() },
+                side: if i % 2 == 0 { Side::Buy } else { Side::Sell },
+                quantity: 1 + (i % 5) as u32,
+                order_type: OrderType::Market,
+                limit_price: None,
+                stop_price: None,
+                time_in_force: TimeInForce::Day,
+            },
             status: OrderStatus::Filled,
             filled_quantity: 1 + (i % 5) as u32,
             avg_fill_price: p("68.00"),

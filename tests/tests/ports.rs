@@ -15,7 +15,7 @@ use airlock::app::Ports;
 use airlock::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
 use airlock::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Millis, Order,
-    OrderStatus, OrderType, Position, QueueTarget, Side, TimeInForce,
+    OrderStatus, OrderTerms, OrderType, Position, QueueTarget, Side, TimeInForce,
 };
 use airlock::ports::{
     CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, PositionChange, Reservation,
@@ -150,16 +150,18 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         requested_by: "op-1".into(),
         service_principal: "svc1".into(),
         normalized_payload: NormalizedPayload::OrderSubmitCl(NormalizedOrder {
-            account_id: account_id.into(),
-            symbol: SYMBOL.into(),
+            terms: OrderTerms {
+                account_id: account_id.into(),
+                symbol: SYMBOL.into(),
+                side: Side::Buy,
+                quantity: 1,
+                order_type: OrderType::Market,
+                limit_price: None,
+                stop_price: None,
+                time_in_force: TimeInForce::Day,
+            },
             contract_month: None,
             last_trade_date: None,
-            side: Side::Buy,
-            quantity: 1,
-            order_type: OrderType::Market,
-            limit_price: None,
-            stop_price: None,
-            time_in_force: TimeInForce::Day,
         }),
         payload_hash: "hash".into(),
         risk_checks: vec![],
@@ -906,14 +908,16 @@ both!(control_writes_are_versioned);
 fn order(status: OrderStatus, filled: u32) -> Order {
     Order {
         order_id: "ord-w".into(),
-        account_id: "ACC-W".into(),
-        symbol: SYMBOL.into(),
-        side: Side::Buy,
-        quantity: 5,
-        order_type: OrderType::Market,
-        limit_price: None,
-        stop_price: None,
-        time_in_force: TimeInForce::Day,
+        terms: OrderTerms {
+            account_id: "ACC-W".into(),
+            symbol: SYMBOL.into(),
+            side: Side::Buy,
+            quantity: 5,
+            order_type: OrderType::Market,
+            limit_price: None,
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        },
         status,
         filled_quantity: filled,
         avg_fill_price: None,
@@ -953,7 +957,7 @@ async fn advance_order_is_conditional(b: Backend) {
     assert_eq!(w.create_order(&queued).await.unwrap(), queued);
     // Created once: a second create returns the stored order.
     let mut other = queued.clone();
-    other.quantity = 9;
+    other.terms.quantity = 9;
     assert_eq!(w.create_order(&other).await.unwrap(), queued);
 
     let submitted = order(OrderStatus::Submitted, 0);

@@ -118,18 +118,18 @@ fn within_band(price: Price, reference: Price) -> bool {
 /// Whether a working order trades at `reference` (stops trigger first), and at what price.
 fn crossing(o: &mut BrokerOrder, reference: Price) -> Option<Price> {
     let r = reference.value();
-    let buy = o.side == Side::Buy;
-    if matches!(o.order_type, OrderType::Stop | OrderType::StopLimit) && !o.triggered {
-        let stop = o.stop_price?.value();
+    let buy = o.terms.side == Side::Buy;
+    if matches!(o.terms.order_type, OrderType::Stop | OrderType::StopLimit) && !o.triggered {
+        let stop = o.terms.stop_price?.value();
         o.triggered = if buy { r >= stop } else { r <= stop };
         if !o.triggered {
             return None;
         }
     }
-    match o.order_type {
+    match o.terms.order_type {
         OrderType::Market | OrderType::Stop => Some(reference),
         OrderType::Limit | OrderType::StopLimit => {
-            let limit = o.limit_price?.value();
+            let limit = o.terms.limit_price?.value();
             let marketable = if buy { r <= limit } else { r >= limit };
             marketable.then_some(reference)
         }
@@ -143,25 +143,27 @@ fn fill(
     o: &mut BrokerOrder,
     price: Price,
 ) -> Result<(), String> {
-    let qty = o.quantity.saturating_sub(o.filled_quantity);
-    let (q, avg) = match positions.get(&o.symbol) {
-        Some(pos) => try_apply_fill(pos.quantity, pos.avg_price, o.side, qty, price),
-        None => try_apply_fill(0, None, o.side, qty, price),
+    let qty = o.terms.quantity.saturating_sub(o.filled_quantity);
+    let (q, avg) = match positions.get(&o.terms.symbol) {
+        Some(pos) => try_apply_fill(pos.quantity, pos.avg_price, o.terms.side, qty, price),
+        None => try_apply_fill(0, None, o.terms.side, qty, price),
     }
     .ok_or_else(|| {
         format!(
             "a fill of {qty} {} at {price} would take the position past what the broker can hold",
-            o.symbol
+            o.terms.symbol
         )
     })?;
     o.status = BrokerStatus::Filled;
-    o.filled_quantity = o.quantity;
+    o.filled_quantity = o.terms.quantity;
     o.avg_fill_price = Some(price);
-    let pos = positions.entry(o.symbol.clone()).or_insert(BrokerPosition {
-        symbol: o.symbol.clone(),
-        quantity: 0,
-        avg_price: None,
-    });
+    let pos = positions
+        .entry(o.terms.symbol.clone())
+        .or_insert(BrokerPosition {
+            symbol: o.terms.symbol.clone(),
+            quantity: 0,
+            avg_price: None,
+        });
     pos.quantity = q;
     pos.avg_price = avg;
     Ok(())
@@ -182,10 +184,10 @@ fn accept(
     o.triggered = false;
     let Some(reference) = reference else {
         o.status = BrokerStatus::Rejected;
-        o.reason = Some(format!("no reference price for {}", o.symbol));
+        o.reason = Some(format!("no reference price for {}", o.terms.symbol));
         return (o, false);
     };
-    for p in [o.limit_price, o.stop_price].into_iter().flatten() {
+    for p in o.terms.prices() {
         if !within_band(p, reference) {
             o.status = BrokerStatus::Rejected;
             o.reason = Some(format!(
@@ -204,9 +206,12 @@ fn accept(
             }
         },
         None => {
-            if matches!(o.time_in_force, TimeInForce::Ioc | TimeInForce::Fok) {
+            if matches!(o.terms.time_in_force, TimeInForce::Ioc | TimeInForce::Fok) {
                 o.status = BrokerStatus::Cancelled;
-                o.reason = Some(format!("{} order could not fill at once", o.time_in_force));
+                o.reason = Some(format!(
+                    "{} order could not fill at once",
+                    o.terms.time_in_force
+                ));
             }
             (o, false)
         }
@@ -309,7 +314,7 @@ impl PaperBroker {
         let mut orders = BTreeMap::new();
         for doc in self.store.list(&order_prefix(account_id)).await? {
             let o: BrokerOrder = decode_doc(doc)?;
-            if o.account_id == account_id {
+            if o.terms.account_id == account_id {
                 orders.insert(o.client_order_id.clone(), o);
             }
         }
@@ -331,8 +336,8 @@ impl Prices for PaperBroker {
 impl Broker for PaperBroker {
     async fn submit(&self, order: &BrokerOrder) -> StoreResult<BrokerOrder> {
         let prices = self.prices().await?;
-        let reference = prices.get(&order.symbol).copied();
-        let account = order.account_id.as_str();
+        let reference = prices.get(&order.terms.symbol).copied();
+        let account = order.terms.account_id.as_str();
         let key = order_key(account, &order.client_order_id);
         for _ in 0..MAX_ROUNDS {
             // Loading the book also converts an old one, so every order has its document.
@@ -401,7 +406,7 @@ impl Broker for PaperBroker {
             if o.status != BrokerStatus::Working {
                 return Ok(Some(o));
             }
-            let Some(reference) = prices.get(&o.symbol).copied() else {
+            let Some(reference) = prices.get(&o.terms.symbol).copied() else {
                 return Ok(Some(o));
             };
             let before = o.clone();
@@ -473,13 +478,13 @@ mod tests {
         assert!(!within_band(p("40.00"), p("68.40")));
         let mut positions = BTreeMap::new();
         let mut o = new_order("o", Side::Buy, OrderType::Limit, None);
-        o.limit_price = Some(extreme);
+        o.terms.limit_price = Some(extreme);
         let (ack, filled) = accept(&o, Some(p("68.40")), &mut positions);
         assert_eq!(ack.status, BrokerStatus::Rejected);
         assert!(!filled);
         assert!(ack.reason.unwrap().contains("band"));
         // The answer, extreme price and all, serializes and reads back.
-        let text = serde_json::to_string(&ack.limit_price).unwrap();
+        let text = serde_json::to_string(&ack.terms.limit_price).unwrap();
         let back: Option<Price> = serde_json::from_str(&text).unwrap();
         assert_eq!(back, Some(extreme));
     }
@@ -546,14 +551,16 @@ mod tests {
     fn limits_and_stops_cross_the_reference() {
         let mut o = BrokerOrder {
             client_order_id: "o".into(),
-            account_id: "A".into(),
-            symbol: "CLF27".into(),
-            side: Side::Buy,
-            quantity: 1,
-            order_type: OrderType::Limit,
-            limit_price: Some(p("68.00")),
-            stop_price: None,
-            time_in_force: TimeInForce::Day,
+            terms: crate::domain::OrderTerms {
+                account_id: "A".into(),
+                symbol: "CLF27".into(),
+                side: Side::Buy,
+                quantity: 1,
+                order_type: OrderType::Limit,
+                limit_price: Some(p("68.00")),
+                stop_price: None,
+                time_in_force: TimeInForce::Day,
+            },
             status: BrokerStatus::Working,
             filled_quantity: 0,
             avg_fill_price: None,
@@ -562,8 +569,8 @@ mod tests {
         };
         assert_eq!(crossing(&mut o, p("68.40")), None);
         assert_eq!(crossing(&mut o, p("67.90")), Some(p("67.90")));
-        o.order_type = OrderType::Stop;
-        o.stop_price = Some(p("70.00"));
+        o.terms.order_type = OrderType::Stop;
+        o.terms.stop_price = Some(p("70.00"));
         assert_eq!(crossing(&mut o, p("69.99")), None);
         assert!(!o.triggered);
         assert_eq!(crossing(&mut o, p("70.10")), Some(p("70.10")));
@@ -633,14 +640,16 @@ mod tests {
     fn new_order(id: &str, side: Side, order_type: OrderType, limit: Option<&str>) -> BrokerOrder {
         BrokerOrder {
             client_order_id: id.into(),
-            account_id: "ACC-1".into(),
-            symbol: "CLF27".into(),
-            side,
-            quantity: 1,
-            order_type,
-            limit_price: limit.map(p),
-            stop_price: None,
-            time_in_force: TimeInForce::Day,
+            terms: crate::domain::OrderTerms {
+                account_id: "ACC-1".into(),
+                symbol: "CLF27".into(),
+                side,
+                quantity: 1,
+                order_type,
+                limit_price: limit.map(p),
+                stop_price: None,
+                time_in_force: TimeInForce::Day,
+            },
             status: BrokerStatus::Working,
             filled_quantity: 0,
             avg_fill_price: None,

@@ -315,9 +315,11 @@ pub struct Position {
     pub updated_at: Millis,
 }
 
+/// What an order trades and for whom: the same terms from the plan's normalized payload
+/// through Airlock's order record to the broker's order. Flattened in JSON, so each of
+/// those keeps its flat shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Order {
-    pub order_id: String,
+pub struct OrderTerms {
     pub account_id: String,
     pub symbol: String,
     pub side: Side,
@@ -326,6 +328,20 @@ pub struct Order {
     pub limit_price: Option<Price>,
     pub stop_price: Option<Price>,
     pub time_in_force: TimeInForce,
+}
+
+impl OrderTerms {
+    /// The limit and stop prices the order carries, for the tick and band checks.
+    pub fn prices(&self) -> impl Iterator<Item = Price> {
+        [self.limit_price, self.stop_price].into_iter().flatten()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    #[serde(flatten)]
+    pub terms: OrderTerms,
     pub status: OrderStatus,
     pub filled_quantity: u32,
     pub avg_fill_price: Option<Price>,
@@ -338,7 +354,7 @@ impl Order {
     /// Contracts that may still trade: the unfilled rest of an open order, else 0.
     pub fn open_quantity(&self) -> i64 {
         if self.status.is_open() {
-            (self.quantity as i64 - self.filled_quantity as i64).max(0)
+            (self.terms.quantity as i64 - self.filled_quantity as i64).max(0)
         } else {
             0
         }
@@ -413,11 +429,11 @@ impl ExposureDelta {
     pub fn of_order_step(prev: &Order, next: &Order) -> Self {
         let filled = next.filled_quantity as i64 - prev.filled_quantity as i64;
         Self::open(
-            &next.account_id,
-            &next.symbol,
-            next.side,
+            &next.terms.account_id,
+            &next.terms.symbol,
+            next.terms.side,
             next.open_quantity() - prev.open_quantity(),
-            next.side.sign() * filled,
+            next.terms.side.sign() * filled,
         )
     }
 

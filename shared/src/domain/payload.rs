@@ -5,36 +5,31 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ActionType, Ident, OrderSubmitCl, OrderType, Price, Quantity, Side, TimeInForce};
+use super::{ActionType, Ident, OrderSubmitCl, OrderTerms, Quantity};
 
 /// The normalized `order.submit.cl` payload. `symbol` is canonical (`CLF27`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NormalizedOrder {
-    pub account_id: String,
-    pub symbol: String,
+    #[serde(flatten)]
+    pub terms: OrderTerms,
     pub contract_month: Option<String>,
     pub last_trade_date: Option<String>,
-    pub side: Side,
-    pub quantity: u32,
-    pub order_type: OrderType,
-    pub limit_price: Option<Price>,
-    pub stop_price: Option<Price>,
-    pub time_in_force: TimeInForce,
 }
 
 impl NormalizedOrder {
     /// The order as its request would have said it, for the checks that run again at
     /// execute and at the worker.
     pub fn as_request(&self) -> Result<OrderSubmitCl, String> {
+        let t = &self.terms;
         Ok(OrderSubmitCl {
-            account_id: Ident::parse(&self.account_id)?,
-            symbol: self.symbol.clone(),
-            side: self.side,
-            quantity: Quantity::new(self.quantity as i64)?,
-            order_type: self.order_type,
-            limit_price: self.limit_price,
-            stop_price: self.stop_price,
-            time_in_force: self.time_in_force,
+            account_id: Ident::parse(&t.account_id)?,
+            symbol: t.symbol.clone(),
+            side: t.side,
+            quantity: Quantity::new(t.quantity as i64)?,
+            order_type: t.order_type,
+            limit_price: t.limit_price,
+            stop_price: t.stop_price,
+            time_in_force: t.time_in_force,
         })
     }
 }
@@ -76,7 +71,7 @@ impl NormalizedPayload {
 
     pub fn account_id(&self) -> &str {
         match self {
-            NormalizedPayload::OrderSubmitCl(o) => &o.account_id,
+            NormalizedPayload::OrderSubmitCl(o) => &o.terms.account_id,
             NormalizedPayload::OrderCancel(c) => &c.account_id,
             NormalizedPayload::PositionsSync(s) => &s.account_id,
         }

@@ -528,9 +528,9 @@ fn order_type_valid(i: &OrderInputs) -> RiskCheck {
 pub fn check_order_cancel(i: &CancelInputs, control: &Control) -> Vec<RiskCheck> {
     let a = ActionType::OrderCancel;
     let exists = match i.order {
-        Some(o) if o.account_id == i.account.account_id => RiskCheck::pass(
+        Some(o) if o.terms.account_id == i.account.account_id => RiskCheck::pass(
             "order_exists",
-            format!("order {} is on account {}", o.order_id, o.account_id),
+            format!("order {} is on account {}", o.order_id, o.terms.account_id),
         ),
         _ => RiskCheck::fail(
             "order_exists",
@@ -541,13 +541,13 @@ pub fn check_order_cancel(i: &CancelInputs, control: &Control) -> Vec<RiskCheck>
         ),
     };
     let cancellable = match i.order {
-        Some(o) if o.account_id == i.account.account_id && o.status.is_cancellable() => {
+        Some(o) if o.terms.account_id == i.account.account_id && o.status.is_cancellable() => {
             RiskCheck::pass(
                 "order_cancellable",
                 format!("order {} is {}", o.order_id, o.status),
             )
         }
-        Some(o) if o.account_id == i.account.account_id => RiskCheck::fail(
+        Some(o) if o.terms.account_id == i.account.account_id => RiskCheck::fail(
             "order_cancellable",
             format!(
                 "order {} is already {} and cannot be cancelled",

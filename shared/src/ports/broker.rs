@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{OrderType, Price, Side, TimeInForce};
+use crate::domain::{OrderTerms, Price};
 use crate::error::StoreResult;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,14 +21,8 @@ pub enum BrokerStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerOrder {
     pub client_order_id: String,
-    pub account_id: String,
-    pub symbol: String,
-    pub side: Side,
-    pub quantity: u32,
-    pub order_type: OrderType,
-    pub limit_price: Option<Price>,
-    pub stop_price: Option<Price>,
-    pub time_in_force: TimeInForce,
+    #[serde(flatten)]
+    pub terms: OrderTerms,
     pub status: BrokerStatus,
     pub filled_quantity: u32,
     pub avg_fill_price: Option<Price>,

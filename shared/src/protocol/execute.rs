@@ -637,7 +637,7 @@ fn plan_order(plan: &PlanRecord) -> Result<(OrderSubmitCl, Option<ClContract>), 
         .order()
         .ok_or_else(|| ApiError::internal(format!("plan {} holds no order", plan.plan_id)))?;
     let order = normalized.as_request().map_err(ApiError::internal)?;
-    Ok((order, ClContract::parse(&normalized.symbol).ok()))
+    Ok((order, ClContract::parse(&normalized.terms.symbol).ok()))
 }
 
 fn policy_violation(failed: &[RiskCheck]) -> ApiError {

@@ -13,6 +13,7 @@ use crate::domain::cl::ClContract;
 use crate::domain::payload::{
     NormalizedCancel, NormalizedOrder, NormalizedPayload, NormalizedSync,
 };
+use crate::domain::OrderTerms;
 use crate::domain::{
     new_id, rfc3339, Account, ActionType, OrderCancel, OrderSubmitCl, OrderType, PositionsSync,
     Price, Side, TimeInForce,
@@ -92,11 +93,11 @@ fn tif_words(t: TimeInForce) -> &'static str {
 
 /// "Buy 2 CLF27 at market on ACC-1, day order."
 pub fn order_preview(o: &NormalizedOrder) -> String {
-    let verb = match o.side {
+    let verb = match o.terms.side {
         Side::Buy => "Buy",
         Side::Sell => "Sell",
     };
-    let how = match (o.order_type, o.limit_price, o.stop_price) {
+    let how = match (o.terms.order_type, o.terms.limit_price, o.terms.stop_price) {
         (OrderType::Market, _, _) => "at market".to_string(),
         (OrderType::Limit, Some(l), _) => format!("limit {l}"),
         (OrderType::Stop, _, Some(s)) => format!("stop {s}"),
@@ -105,10 +106,10 @@ pub fn order_preview(o: &NormalizedOrder) -> String {
     };
     format!(
         "{verb} {} {} {how} on {}, {}.",
-        o.quantity,
-        o.symbol,
-        o.account_id,
-        tif_words(o.time_in_force)
+        o.terms.quantity,
+        o.terms.symbol,
+        o.terms.account_id,
+        tif_words(o.terms.time_in_force)
     )
 }
 
@@ -163,18 +164,20 @@ async fn evaluate_order(
     };
     let checks = policy::check_order_submit(&inputs, &account, control);
     let normalized = NormalizedOrder {
-        account_id: account.account_id.clone(),
-        symbol: contract
-            .map(|c| c.symbol())
-            .unwrap_or_else(|| o.symbol.trim().to_ascii_uppercase()),
+        terms: OrderTerms {
+            account_id: account.account_id.clone(),
+            symbol: contract
+                .map(|c| c.symbol())
+                .unwrap_or_else(|| o.symbol.trim().to_ascii_uppercase()),
+            side: o.side,
+            quantity: o.quantity.get(),
+            order_type: o.order_type,
+            limit_price: o.limit_price,
+            stop_price: o.stop_price,
+            time_in_force: o.time_in_force,
+        },
         contract_month: contract.map(|c| c.contract_month()),
         last_trade_date: contract.map(|c| c.last_trade_date(cal).to_string()),
-        side: o.side,
-        quantity: o.quantity.get(),
-        order_type: o.order_type,
-        limit_price: o.limit_price,
-        stop_price: o.stop_price,
-        time_in_force: o.time_in_force,
     };
     Ok(Evaluated {
         preview: order_preview(&normalized),
@@ -203,9 +206,9 @@ async fn evaluate_cancel(
         control,
     );
     let detail = match &order {
-        Some(o) if o.account_id == account.account_id => format!(
+        Some(o) if o.terms.account_id == account.account_id => format!(
             " ({} {} {} {}, {})",
-            o.side, o.quantity, o.symbol, o.order_type, o.status
+            o.terms.side, o.terms.quantity, o.terms.symbol, o.terms.order_type, o.status
         ),
         _ => String::new(),
     };

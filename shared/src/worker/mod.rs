@@ -383,7 +383,7 @@ async fn give_up_order(
                 }
             }
             OrderStatus::Submitted => {
-                match st.broker.order(&order.account_id, order_id).await? {
+                match st.broker.order(&order.terms.account_id, order_id).await? {
                     Some(ack) => {
                         record(st, &order, &ack, now).await?;
                     }
@@ -488,29 +488,29 @@ async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option<String>, A
     let control = st.control.get_control().await?;
     let exposure = st
         .positions
-        .get_exposure(&order.account_id, &order.symbol)
+        .get_exposure(&order.terms.account_id, &order.terms.symbol)
         .await?;
     let request = crate::domain::OrderSubmitCl {
-        account_id: crate::domain::Ident::parse(&order.account_id).map_err(bad_message)?,
-        symbol: order.symbol.clone(),
-        side: order.side,
-        quantity: crate::domain::Quantity::new(order.quantity as i64).map_err(bad_message)?,
-        order_type: order.order_type,
-        limit_price: order.limit_price,
-        stop_price: order.stop_price,
-        time_in_force: order.time_in_force,
+        account_id: crate::domain::Ident::parse(&order.terms.account_id).map_err(bad_message)?,
+        symbol: order.terms.symbol.clone(),
+        side: order.terms.side,
+        quantity: crate::domain::Quantity::new(order.terms.quantity as i64).map_err(bad_message)?,
+        order_type: order.terms.order_type,
+        limit_price: order.terms.limit_price,
+        stop_price: order.terms.stop_price,
+        time_in_force: order.terms.time_in_force,
     };
     let inputs = crate::policy::OrderInputs {
         policy: st.policy_for(&control),
         calendar: crate::domain::calendar::ExchangeCalendar::cme(),
         now: st.clock.now(),
-        account_id: &order.account_id,
+        account_id: &order.terms.account_id,
         order: &request,
-        contract: crate::domain::cl::ClContract::parse(&order.symbol).ok(),
+        contract: crate::domain::cl::ClContract::parse(&order.terms.symbol).ok(),
         exposure,
         reference: None,
     };
-    let account = st.accounts.get_account(&order.account_id).await?;
+    let account = st.accounts.get_account(&order.terms.account_id).await?;
     if let Some(a) = account.filter(|a| a.status != crate::domain::AccountStatus::Active) {
         return Ok(Some(format!(
             "policy_violation: account_allowed: account {} is {}; order {} was not sent to the broker",
@@ -566,14 +566,7 @@ fn new_order(msg: &QueueMessage, now: Millis) -> Result<Order, ApiError> {
         .ok_or_else(|| bad_message("an order submission without an order"))?;
     Ok(Order {
         order_id,
-        account_id: n.account_id.clone(),
-        symbol: n.symbol.clone(),
-        side: n.side,
-        quantity: n.quantity,
-        order_type: n.order_type,
-        limit_price: n.limit_price,
-        stop_price: n.stop_price,
-        time_in_force: n.time_in_force,
+        terms: n.terms.clone(),
         status: OrderStatus::Queued,
         filled_quantity: 0,
         avg_fill_price: None,
@@ -631,14 +624,7 @@ fn order_status(s: BrokerStatus) -> OrderStatus {
 fn to_broker(o: &Order) -> BrokerOrder {
     BrokerOrder {
         client_order_id: o.order_id.clone(),
-        account_id: o.account_id.clone(),
-        symbol: o.symbol.clone(),
-        side: o.side,
-        quantity: o.quantity,
-        order_type: o.order_type,
-        limit_price: o.limit_price,
-        stop_price: o.stop_price,
-        time_in_force: o.time_in_force,
+        terms: o.terms.clone(),
         status: BrokerStatus::Working,
         filled_quantity: 0,
         avg_fill_price: None,
@@ -665,19 +651,19 @@ async fn record(
         (q, Some(price)) if q > 0 => {
             let current = st
                 .positions
-                .get_position(&order.account_id, &order.symbol)
+                .get_position(&order.terms.account_id, &order.terms.symbol)
                 .await?;
             let (qty, avg) = current
                 .as_ref()
                 .map(|p| (p.quantity, p.avg_price))
                 .unwrap_or((0, None));
             let (after, avg_after) =
-                crate::domain::fills::apply_fill(qty, avg, order.side, q, price);
+                crate::domain::fills::apply_fill(qty, avg, order.terms.side, q, price);
             Some(PositionChange {
                 expected: current.map(|p| p.quantity),
                 new: Position {
-                    account_id: order.account_id.clone(),
-                    symbol: order.symbol.clone(),
+                    account_id: order.terms.account_id.clone(),
+                    symbol: order.terms.symbol.clone(),
                     quantity: after,
                     avg_price: avg_after,
                     updated_at: now,
@@ -736,7 +722,7 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
             }
             OrderStatus::Submitted => match kill_switch(st, &order_id).await? {
                 // Claimed, by us or by a worker that died: the broker may have it already.
-                Some(why) => match st.broker.order(&order.account_id, &order_id).await? {
+                Some(why) => match st.broker.order(&order.terms.account_id, &order_id).await? {
                     Some(ack) => {
                         record(st, &order, &ack, now).await?;
                     }
@@ -792,7 +778,7 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
 /// never saw, the kill switch or the last attempt that gave up on it.
 async fn rejected(st: &Worker, order: &Order) -> Result<Outcome, ApiError> {
     let order_id = &order.order_id;
-    let why = match st.broker.order(&order.account_id, order_id).await? {
+    let why = match st.broker.order(&order.terms.account_id, order_id).await? {
         Some(o) => format!(
             "the broker rejected order {order_id}: {}",
             o.reason.as_deref().unwrap_or("rejected by the broker")
@@ -825,7 +811,7 @@ async fn cancel(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
             )));
         }
         let now = st.clock.now_ms();
-        match st.broker.cancel(&order.account_id, &order_id).await? {
+        match st.broker.cancel(&order.terms.account_id, &order_id).await? {
             Some(ack) => {
                 record(st, &order, &ack, now).await?;
             }
@@ -987,7 +973,11 @@ const AT_THE_BROKER: &[OrderStatus] = &[
 
 /// Asks the broker about one order and records what moved. `true` if it recorded a change.
 async fn reconcile_order(st: &Worker, order: &Order) -> Result<bool, ApiError> {
-    let Some(ack) = st.broker.order(&order.account_id, &order.order_id).await? else {
+    let Some(ack) = st
+        .broker
+        .order(&order.terms.account_id, &order.order_id)
+        .await?
+    else {
         return Ok(false);
     };
     let moved =
@@ -1069,12 +1059,12 @@ mod tests {
         let forged: [(&str, Forge); 7] = [
             ("normalized_payload", |m| {
                 if let NormalizedPayload::OrderSubmitCl(o) = &mut m.normalized_payload {
-                    o.quantity = 7
+                    o.terms.quantity = 7
                 }
             }),
             ("normalized_payload", |m| {
                 if let NormalizedPayload::OrderSubmitCl(o) = &mut m.normalized_payload {
-                    o.account_id = "ACC-2".into()
+                    o.terms.account_id = "ACC-2".into()
                 }
             }),
             ("resource_refs", |m| {

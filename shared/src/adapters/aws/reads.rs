@@ -711,10 +711,10 @@ impl ReadModelWriter for Aws {
         for o in rows {
             items.push(HashMap::from([
                 ("order_id".to_string(), s(o.order_id.clone())),
-                ("account_id".to_string(), s(o.account_id.clone())),
+                ("account_id".to_string(), s(o.terms.account_id.clone())),
                 (
                     "desk".to_string(),
-                    s(self.desk_of(&o.account_id, &mut desks).await?),
+                    s(self.desk_of(&o.terms.account_id, &mut desks).await?),
                 ),
                 ("status".to_string(), s(o.status.as_str())),
                 ("filled_quantity".to_string(), n(o.filled_quantity as i64)),

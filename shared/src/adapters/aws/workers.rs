@@ -125,8 +125,11 @@ impl WorkerStore for Aws {
     async fn create_order(&self, o: &Order) -> StoreResult<Order> {
         let item: Item = HashMap::from([
             ("order_id".to_string(), s(o.order_id.clone())),
-            ("account_id".to_string(), s(o.account_id.clone())),
-            ("desk".to_string(), s(self.desk_for(&o.account_id).await?)),
+            ("account_id".to_string(), s(o.terms.account_id.clone())),
+            (
+                "desk".to_string(),
+                s(self.desk_for(&o.terms.account_id).await?),
+            ),
             ("status".to_string(), s(o.status.as_str())),
             ("filled_quantity".to_string(), n(o.filled_quantity as i64)),
             (
