@@ -152,6 +152,20 @@ impl ApiError {
         .with_field(field, message)
     }
 
+    /// [`ApiError::invalid`] at a JSON pointer into the body (`/` for the body itself).
+    pub fn invalid_at(pointer: String, message: &str) -> Self {
+        let field = if pointer.is_empty() {
+            "/".to_string()
+        } else {
+            pointer
+        };
+        ApiError::new(
+            Code::InvalidRequest,
+            format!("The request is invalid at {field}: {message}."),
+        )
+        .with_field(field, message)
+    }
+
     pub fn internal(cause: impl Into<String>) -> Self {
         ApiError {
             cause: Some(cause.into()),

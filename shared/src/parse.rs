@@ -4,7 +4,7 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::error::{ApiError, Code, FieldError};
+use crate::error::ApiError;
 
 /// Deserializes a JSON value into `T`; `prefix` is the pointer of `value` in the request.
 pub fn from_value<T: DeserializeOwned>(
@@ -34,17 +34,7 @@ pub fn from_value<T: DeserializeOwned>(
                 pointer.push_str(&last);
             }
         }
-        let message = clean_serde_message(&inner);
-        let field = if pointer.is_empty() {
-            "/".to_string()
-        } else {
-            pointer
-        };
-        ApiError::new(
-            Code::InvalidRequest,
-            format!("The request is invalid at {field}: {message}."),
-        )
-        .with_details(vec![FieldError::new(field, message)])
+        ApiError::invalid_at(pointer, &clean_serde_message(&inner))
     })
 }
 

@@ -157,18 +157,7 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     fn fail<E: serde::de::Error>(&self, pointer: String, message: &str) -> E {
-        let field = if pointer.is_empty() {
-            "/".to_string()
-        } else {
-            pointer
-        };
-        *self.fault.borrow_mut() = Some(
-            ApiError::new(
-                Code::InvalidRequest,
-                format!("The request is invalid at {field}: {message}."),
-            )
-            .with_field(field, message),
-        );
+        *self.fault.borrow_mut() = Some(ApiError::invalid_at(pointer, message));
         E::custom(message)
     }
 

@@ -1,32 +1,27 @@
-//! The execute ledger on DynamoDB. The atomic step is one `TransactWriteItems`: the key
-//! (conditional on its absence or its lease owner), the plan (conditional on `planned`),
-//! a `ConditionCheck` on the control item (so the kill switch has no race window), the
-//! rate record (a conditional increment), a `ConditionCheck` on the position, the
-//! action and the audit record. A cancelled transaction names the condition that failed.
+//! The execute ledger on DynamoDB: idempotency keys, the rate state, and the execute commit
+//! as one `TransactWriteItems` whose cancellation reasons name the condition that failed.
 
-use std::collections::HashMap;
-
-use async_trait::async_trait;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update};
-
+use super::actions::action_put;
+use super::audit::audit_put;
+use super::control::{control_from_item, CONTROL_ID};
 use super::ddb::{self, idempotency_pk, n, s, Item};
-use super::reads::{audit_put, control_from_item, plan_from_item, CONTROL_ID};
-use super::{unavailable, Aws};
+use super::plans::plan_from_item;
+use super::tables::built;
+use super::{unavailable, Aws, ConditionFailure};
 use crate::domain::Millis;
 use crate::error::{StoreError, StoreResult};
 use crate::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{ActionRecord, KeyRecord, KeyState, RateState};
+use crate::records::{KeyRecord, KeyState, RateState};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update};
+use std::collections::HashMap;
 
-fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
-    r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
-}
-
-fn key_item(k: &KeyRecord) -> StoreResult<Item> {
+pub(super) fn key_item(k: &KeyRecord) -> StoreResult<Item> {
     let mut item: Item = HashMap::from([
         ("pk".to_string(), s(idempotency_pk(&k.principal, &k.key))),
         ("expires_at".to_string(), n(k.expires_at)),
@@ -39,7 +34,7 @@ fn key_item(k: &KeyRecord) -> StoreResult<Item> {
     Ok(item)
 }
 
-fn key_from_item(item: &Item, now: Millis) -> StoreResult<Option<KeyRecord>> {
+pub(super) fn key_from_item(item: &Item, now: Millis) -> StoreResult<Option<KeyRecord>> {
     // TTL deletion is lazy: an expired record counts as absent.
     match ddb::opt_n(item, "expires_at") {
         Some(exp) if exp > now => ddb::from_body(item).map(Some),
@@ -48,23 +43,15 @@ fn key_from_item(item: &Item, now: Millis) -> StoreResult<Option<KeyRecord>> {
 }
 
 /// What each item of a transaction guards, to name the failed condition.
-fn conflict_of(kinds: &[Conflict], e: &SdkError<TransactWriteItemsError>) -> Option<Conflict> {
-    let SdkError::ServiceError(se) = e else {
-        return None;
-    };
-    let TransactWriteItemsError::TransactionCanceledException(tc) = se.err() else {
-        return None;
-    };
-    let reasons = tc.cancellation_reasons();
-    for (i, r) in reasons.iter().enumerate() {
-        match r.code() {
-            Some("ConditionalCheckFailed") => return kinds.get(i).copied().or(Some(Conflict::Key)),
-            // Another transaction touched the same items: read again and decide again.
-            Some("TransactionConflict") => return Some(Conflict::Key),
-            _ => {}
-        }
+pub(super) fn conflict_of(
+    kinds: &[Conflict],
+    e: &SdkError<TransactWriteItemsError>,
+) -> Option<Conflict> {
+    match super::condition_failure(e)? {
+        ConditionFailure::Condition(Some(i)) => kinds.get(i).copied().or(Some(Conflict::Key)),
+        // Another transaction touched the same items: read again and decide again.
+        ConditionFailure::Condition(None) | ConditionFailure::Conflict => Some(Conflict::Key),
     }
-    None
 }
 
 #[async_trait]
@@ -386,25 +373,4 @@ impl ExecuteLedger for Aws {
             Err(e) => Err(unavailable("PutItem take over", &e)),
         }
     }
-}
-
-fn action_put(table: &str, a: &ActionRecord) -> StoreResult<TransactWriteItem> {
-    let mut item: Item = HashMap::from([
-        ("action_id".to_string(), s(a.action_id.clone())),
-        ("plan_id".to_string(), s(a.plan_id.clone())),
-        ("status".to_string(), s(a.status.as_str())),
-        ("created_at".to_string(), n(a.created_at)),
-        ("updated_at".to_string(), n(a.updated_at)),
-        ("body".to_string(), ddb::body(a)?),
-    ]);
-    if a.enqueued_at.is_none() {
-        item.insert("unsent".into(), s("1"));
-    }
-    let put = Put::builder()
-        .table_name(table)
-        .set_item(Some(item))
-        .condition_expression("attribute_not_exists(action_id)");
-    Ok(TransactWriteItem::builder()
-        .put(built(put.build())?)
-        .build())
 }

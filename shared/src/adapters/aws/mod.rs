@@ -4,13 +4,23 @@
 //! request being served (see `telemetry::record_call`), so request logs and tests can
 //! count AWS calls per operation.
 
+mod accounts;
+mod actions;
+mod audit;
 pub mod bootstrap;
+mod control;
 mod ddb;
+mod jobs;
 mod kms;
 mod ledger;
-mod reads;
+mod orders;
+mod paper;
+mod plans;
+mod positions;
+mod queue;
+mod read_models;
 pub mod shapes;
-mod sqs;
+mod tables;
 pub mod template;
 mod workers;
 
@@ -207,41 +217,70 @@ where
     StoreError::Unavailable(format!("{what}: {}", aws_error(e)))
 }
 
-/// A failed condition, or a transaction cancelled because of one (`ConditionalCheckFailed`)
-/// or because another transaction touched the same items (`TransactionConflict`): the
-/// caller reads again and decides again. A transaction cancelled for anything else
-/// (throttling, validation) is an error, so the message is retried rather than settled.
+/// How a conditional write failed on its conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ConditionFailure {
+    /// A condition did not hold: of the transaction item at this index, or (`None`) of a
+    /// single write.
+    Condition(Option<usize>),
+    /// Another transaction touched the same items (`TransactionConflict`).
+    Conflict,
+}
+
+/// The one DynamoDB failure classifier. A failed condition, or a transaction cancelled only
+/// because of failed conditions (`ConditionalCheckFailed`) or because another transaction
+/// touched the same items (`TransactionConflict`): the caller reads again and decides
+/// again. Anything else, including a cancellation that mixes in throttling or validation,
+/// is `None`: an error, so the request answers 503 or the message is retried rather than
+/// settled.
+pub(super) fn condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static, R>(
+    e: &aws_sdk_dynamodb::error::SdkError<E, R>,
+) -> Option<ConditionFailure> {
+    use aws_sdk_dynamodb::error::SdkError;
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    let SdkError::ServiceError(se) = e else {
+        return None;
+    };
+    match se.err().code() {
+        Some("ConditionalCheckFailedException") => Some(ConditionFailure::Condition(None)),
+        Some("TransactionCanceledException") => {
+            let any: &dyn std::any::Any = se.err();
+            let Some(TransactWriteItemsError::TransactionCanceledException(tc)) =
+                any.downcast_ref::<TransactWriteItemsError>()
+            else {
+                return None;
+            };
+            let reasons: Vec<(usize, &str)> = tc
+                .cancellation_reasons()
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.code().map(|c| (i, c)))
+                .filter(|(_, c)| *c != "None")
+                .collect();
+            if reasons.is_empty()
+                || !reasons
+                    .iter()
+                    .all(|(_, c)| matches!(*c, "ConditionalCheckFailed" | "TransactionConflict"))
+            {
+                return None;
+            }
+            Some(
+                match reasons.iter().find(|(_, c)| *c == "ConditionalCheckFailed") {
+                    Some((i, _)) => ConditionFailure::Condition(Some(*i)),
+                    None => ConditionFailure::Conflict,
+                },
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Whether the write failed on its conditions (see [`condition_failure`]).
 pub(super) fn is_condition_failure<
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static,
     R,
 >(
     e: &aws_sdk_dynamodb::error::SdkError<E, R>,
 ) -> bool {
-    use aws_sdk_dynamodb::error::SdkError;
-    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-    let SdkError::ServiceError(se) = e else {
-        return false;
-    };
-    match se.err().code() {
-        Some("ConditionalCheckFailedException") => true,
-        Some("TransactionCanceledException") => {
-            let any: &dyn std::any::Any = se.err();
-            match any.downcast_ref::<TransactWriteItemsError>() {
-                Some(TransactWriteItemsError::TransactionCanceledException(tc)) => {
-                    let codes: Vec<_> = tc
-                        .cancellation_reasons()
-                        .iter()
-                        .filter_map(|r| r.code())
-                        .filter(|c| *c != "None")
-                        .collect();
-                    !codes.is_empty()
-                        && codes
-                            .iter()
-                            .all(|c| matches!(*c, "ConditionalCheckFailed" | "TransactionConflict"))
-                }
-                _ => false,
-            }
-        }
-        _ => false,
-    }
+    condition_failure(e).is_some()
 }

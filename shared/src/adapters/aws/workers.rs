@@ -1,143 +1,26 @@
-//! The workers' writes and the paper broker's book on DynamoDB, each one conditional
-//! write or one `TransactWriteItems`.
+//! The workers' writes on DynamoDB; each call is one conditional transaction composed
+//! from the entity files' item builders.
 
-use std::collections::HashMap;
-
+use super::ddb::{self, n, s};
+use super::jobs::job_item;
+use super::orders::order_item;
+use super::positions::position_put;
+use super::tables::built;
+use super::{is_condition_failure, unavailable, Aws};
+use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
+use crate::error::StoreResult;
+use crate::ports::{PositionChange, PositionsReplacement, WorkerStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
-
-use super::ddb::{self, from_body, n, s, time_key, Item};
-use super::{is_condition_failure, unavailable, Aws};
-use crate::domain::{Account, ActionStatus, ExposureDelta, Job, Millis, Order, Position};
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{PaperBookStore, PaperDoc, PositionChange, PositionsReplacement, WorkerStore};
-
-fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
-    r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
-}
-
-fn position_put(
-    table: &str,
-    p: &Position,
-    expected: Option<i64>,
-) -> StoreResult<TransactWriteItem> {
-    let put = Put::builder()
-        .table_name(table)
-        .item("account_id", s(p.account_id.clone()))
-        .item("symbol", s(p.symbol.clone()))
-        .item("quantity", n(p.quantity))
-        .item("body", ddb::body(p)?);
-    let put = match expected {
-        None => put.condition_expression("attribute_not_exists(account_id)"),
-        Some(q) => put
-            .condition_expression("quantity = :q")
-            .expression_attribute_values(":q", n(q)),
-    };
-    Ok(TransactWriteItem::builder()
-        .put(built(put.build())?)
-        .build())
-}
-
-impl Aws {
-    /// The exposure's copy of a position moved by `by` (a sync replaced it).
-    fn position_moved(
-        &self,
-        account: &str,
-        symbol: &str,
-        by: i64,
-    ) -> StoreResult<TransactWriteItem> {
-        let d = ExposureDelta {
-            account_id: account.to_string(),
-            symbol: symbol.to_string(),
-            position: by,
-            open_buy: 0,
-            open_sell: 0,
-        };
-        let up = ddb::exposure_update(&self.names.exposures, &d);
-        Ok(TransactWriteItem::builder()
-            .update(built(up.build())?)
-            .build())
-    }
-
-    async fn desk_for(&self, account_id: &str) -> StoreResult<String> {
-        match self
-            .get(&self.names.accounts, &[("account_id", s(account_id))])
-            .await?
-        {
-            Some(item) => Ok(from_body::<Account>(&item)?.desk),
-            None => Err(StoreError::Corrupt(format!("no account {account_id}"))),
-        }
-    }
-}
-
-impl Aws {
-    /// One `TransactWriteItems`: `true` if written, `false` if a condition failed (or the
-    /// transaction conflicted): read again and decide again.
-    async fn transact_if(&self, items: &[TransactWriteItem], what: &str) -> StoreResult<bool> {
-        match self
-            .ddb
-            .transact_write_items()
-            .set_transact_items(Some(items.to_vec()))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable(&format!("TransactWriteItems {what}"), &e)),
-        }
-    }
-
-    /// Writes `item` unless an item with this key exists; either way returns the stored
-    /// record (the one written, or the one already there: a redelivery creates nothing).
-    async fn put_if_absent<T: Clone + serde::de::DeserializeOwned>(
-        &self,
-        table: &str,
-        key_name: &str,
-        key: &str,
-        item: Item,
-        record: &T,
-    ) -> StoreResult<T> {
-        let r = self
-            .ddb
-            .put_item()
-            .table_name(table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#k)")
-            .expression_attribute_names("#k", key_name)
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(record.clone()),
-            Err(e) if is_condition_failure(&e) => {
-                let item = self
-                    .get(table, &[(key_name, s(key))])
-                    .await?
-                    .ok_or_else(|| StoreError::Corrupt(format!("{key} vanished")))?;
-                from_body(&item)
-            }
-            Err(e) => Err(unavailable("PutItem", &e)),
-        }
-    }
-}
+use std::collections::HashMap;
 
 #[async_trait]
 impl WorkerStore for Aws {
     async fn create_order(&self, o: &Order) -> StoreResult<Order> {
-        let item: Item = HashMap::from([
-            ("order_id".to_string(), s(o.order_id.clone())),
-            ("account_id".to_string(), s(o.terms.account_id.clone())),
-            (
-                "desk".to_string(),
-                s(self.desk_for(&o.terms.account_id).await?),
-            ),
-            ("status".to_string(), s(o.status.as_str())),
-            ("filled_quantity".to_string(), n(o.filled_quantity as i64)),
-            (
-                "created_key".to_string(),
-                s(time_key(o.created_at, &o.order_id)),
-            ),
-            ("body".to_string(), ddb::body(o)?),
-        ]);
+        let desk = self
+            .desk_of(&o.terms.account_id, &mut HashMap::new())
+            .await?;
+        let item = order_item(o, &desk)?;
         self.put_if_absent(&self.names.orders, "order_id", &o.order_id, item, o)
             .await
     }
@@ -185,21 +68,8 @@ impl WorkerStore for Aws {
     }
 
     async fn create_job(&self, j: &Job) -> StoreResult<Job> {
-        let desk = match &j.account_id {
-            Some(a) => self.desk_for(a).await?,
-            None => "-".to_string(),
-        };
-        let item: Item = HashMap::from([
-            ("job_id".to_string(), s(j.job_id.clone())),
-            ("desk".to_string(), s(desk)),
-            ("kind".to_string(), s(j.kind.as_str())),
-            ("status".to_string(), s(j.status.as_str())),
-            (
-                "created_key".to_string(),
-                s(time_key(j.created_at, &j.job_id)),
-            ),
-            ("body".to_string(), ddb::body(j)?),
-        ]);
+        let desk = self.job_desk(j, &mut HashMap::new()).await?;
+        let item = job_item(j, &desk)?;
         self.put_if_absent(&self.names.jobs, "job_id", &j.job_id, item, j)
             .await
     }
@@ -306,106 +176,6 @@ impl WorkerStore for Aws {
             Ok(_) => Ok(true),
             Err(e) if is_condition_failure(&e) => Ok(false),
             Err(e) => Err(unavailable("UpdateItem action status", &e)),
-        }
-    }
-}
-
-#[async_trait]
-impl PaperBookStore for Aws {
-    async fn load(&self, key: &str) -> StoreResult<(Option<serde_json::Value>, u64)> {
-        match self
-            .get(&self.names.paper_broker, &[("key", s(key))])
-            .await?
-        {
-            None => Ok((None, 0)),
-            Some(item) => {
-                let doc = serde_json::from_str(ddb::get_s(&item, "doc")?)
-                    .map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))?;
-                Ok((Some(doc), ddb::opt_n(&item, "version").unwrap_or(0) as u64))
-            }
-        }
-    }
-
-    async fn save(
-        &self,
-        key: &str,
-        doc: &serde_json::Value,
-        expected_version: u64,
-    ) -> StoreResult<bool> {
-        let put = self
-            .ddb
-            .put_item()
-            .table_name(&self.names.paper_broker)
-            .item("key", s(key))
-            .item("version", n(expected_version as i64 + 1))
-            .item("doc", s(doc.to_string()));
-        let put = if expected_version == 0 {
-            put.condition_expression("attribute_not_exists(#k)")
-                .expression_attribute_names("#k", "key")
-        } else {
-            put.condition_expression("version = :v")
-                .expression_attribute_values(":v", n(expected_version as i64))
-        };
-        match put.send().await {
-            Ok(_) => Ok(true),
-            Err(e) if is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable("PutItem paper book", &e)),
-        }
-    }
-
-    async fn save_all(&self, docs: &[PaperDoc]) -> StoreResult<bool> {
-        if let [d] = docs {
-            return self.save(&d.key, &d.doc, d.expected_version).await;
-        }
-        let mut items = Vec::with_capacity(docs.len());
-        for d in docs {
-            let put = Put::builder()
-                .table_name(&self.names.paper_broker)
-                .item("key", s(d.key.clone()))
-                .item("version", n(d.expected_version as i64 + 1))
-                .item("doc", s(d.doc.to_string()));
-            let put = if d.expected_version == 0 {
-                put.condition_expression("attribute_not_exists(#k)")
-                    .expression_attribute_names("#k", "key")
-            } else {
-                put.condition_expression("version = :v")
-                    .expression_attribute_values(":v", n(d.expected_version as i64))
-            };
-            items.push(
-                TransactWriteItem::builder()
-                    .put(built(put.build())?)
-                    .build(),
-            );
-        }
-        self.transact_if(&items, "paper book").await
-    }
-
-    async fn list(&self, prefix: &str) -> StoreResult<Vec<serde_json::Value>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .ddb
-                .scan()
-                .table_name(&self.names.paper_broker)
-                .consistent_read(true)
-                .filter_expression("begins_with(#k, :p)")
-                .expression_attribute_names("#k", "key")
-                .expression_attribute_values(":p", s(prefix))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| unavailable("Scan paper book", &e))?;
-            for item in page.items.unwrap_or_default() {
-                out.push(
-                    serde_json::from_str(ddb::get_s(&item, "doc")?)
-                        .map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))?,
-                );
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
         }
     }
 }

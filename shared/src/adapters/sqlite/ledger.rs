@@ -1,89 +1,24 @@
-//! The execute ledger, control record and audit log on SQLite. `commit` checks every
-//! condition of an [`ExecuteCommit`] inside one IMMEDIATE transaction and writes all or
-//! nothing, the embedded twin of DynamoDB's `TransactWriteItems`.
+//! The execute ledger on SQLite: idempotency keys, the rate state, and the execute commit.
+//! `commit` checks every condition of an [`ExecuteCommit`] inside one IMMEDIATE
+//! transaction and writes all or nothing, the embedded twin of DynamoDB's
+//! `TransactWriteItems`.
 
+use super::audit::append_audit;
+use super::control::load_control;
+use super::plans::load_plan;
+use super::positions::{add_open, load_exposure};
+use super::rows::one_body;
+use super::{db_err, json_err, Sqlite};
+use crate::error::StoreResult;
+use crate::ports::{
+    CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
+    PlanChange,
+};
+use crate::records::{KeyRecord, KeyState, PlanStatus, RateState};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{db_err, json_err, Sqlite};
-use crate::domain::{Exposure, ExposureDelta};
-use crate::error::StoreResult;
-use crate::ports::{
-    AuditLog, CommitOutcome, Conflict, ControlStore, ExecuteCommit, ExecuteLedger, ExecuteSnapshot,
-    KeyCondition, PlanChange,
-};
-use crate::records::{
-    AuditRecord, Control, KeyRecord, KeyState, PlanRecord, PlanStatus, RateState,
-};
-
-/// The account's position (from `positions`) and open orders (from `exposures`).
-pub(super) fn load_exposure(
-    c: &Connection,
-    account_id: &str,
-    symbol: &str,
-) -> StoreResult<Exposure> {
-    let position: i64 = c
-        .prepare_cached("SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?")
-        .and_then(|mut st| st.query_row([account_id, symbol], |r| r.get(0)).optional())
-        .map_err(db_err)?
-        .unwrap_or(0);
-    let (open_buy, open_sell): (i64, i64) = c
-        .prepare_cached(
-            "SELECT open_buy, open_sell FROM exposures WHERE account_id = ? AND symbol = ?",
-        )
-        .and_then(|mut st| {
-            st.query_row([account_id, symbol], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-        })
-        .map_err(db_err)?
-        .unwrap_or((0, 0));
-    Ok(Exposure {
-        position,
-        open_buy,
-        open_sell,
-    })
-}
-
-/// Adds a change of open quantities (the position itself lives in `positions`).
-pub(super) fn add_open(c: &Connection, d: &ExposureDelta) -> StoreResult<()> {
-    if d.open_buy == 0 && d.open_sell == 0 {
-        return Ok(());
-    }
-    c.prepare_cached(
-        "INSERT INTO exposures (account_id, symbol, open_buy, open_sell) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (account_id, symbol) DO UPDATE SET \
-         open_buy = open_buy + ?3, open_sell = open_sell + ?4",
-    )
-    .and_then(|mut st| st.execute(params![d.account_id, d.symbol, d.open_buy, d.open_sell]))
-    .map_err(db_err)?;
-    Ok(())
-}
-
-pub(super) fn append_audit(c: &Connection, a: &AuditRecord) -> StoreResult<()> {
-    let text = serde_json::to_string(a).map_err(json_err)?;
-    c.prepare_cached("INSERT INTO audit (at, plan_id, action_id, body) VALUES (?, ?, ?, ?)")
-        .and_then(|mut st| st.execute(params![a.at, a.plan_id, a.action_id, text]))
-        .map_err(db_err)?;
-    Ok(())
-}
-
-fn one_body(
-    c: &Connection,
-    sql: &str,
-    key: &[&dyn rusqlite::ToSql],
-) -> StoreResult<Option<String>> {
-    c.prepare_cached(sql)
-        .and_then(|mut st| st.query_row(key, |r| r.get::<_, String>(0)).optional())
-        .map_err(db_err)
-}
-
-pub(super) fn load_plan(c: &Connection, plan_id: &str) -> StoreResult<Option<PlanRecord>> {
-    one_body(c, "SELECT body FROM plans WHERE plan_id = ?", &[&plan_id])?
-        .map(|t| serde_json::from_str(&t).map_err(json_err))
-        .transpose()
-}
-
-fn load_key(
+pub(super) fn load_key(
     c: &Connection,
     principal: &str,
     key: &str,
@@ -98,14 +33,14 @@ fn load_key(
     .transpose()
 }
 
-fn lease_owner(k: &KeyRecord) -> Option<&str> {
+pub(super) fn lease_owner(k: &KeyRecord) -> Option<&str> {
     match &k.state {
         KeyState::Claimed { lease_owner, .. } => Some(lease_owner),
         KeyState::Decided { .. } => None,
     }
 }
 
-fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
+pub(super) fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
     let text = serde_json::to_string(k).map_err(json_err)?;
     c.prepare_cached(
         "INSERT OR REPLACE INTO idempotency_keys (principal, key, lease_owner, expires_at, body) \
@@ -124,16 +59,7 @@ fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
     Ok(())
 }
 
-fn load_control(c: &Connection) -> StoreResult<Control> {
-    Ok(
-        match one_body(c, "SELECT body FROM control WHERE id = ?", &[&1])? {
-            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
-            None => Control::default(),
-        },
-    )
-}
-
-fn load_rate(c: &Connection, operator: &str) -> StoreResult<RateState> {
+pub(super) fn load_rate(c: &Connection, operator: &str) -> StoreResult<RateState> {
     Ok(
         match one_body(
             c,
@@ -150,7 +76,11 @@ fn load_rate(c: &Connection, operator: &str) -> StoreResult<RateState> {
 }
 
 /// Checks every condition of `commit`; `Some(conflict)` means nothing may be written.
-fn check(tx: &Connection, commit: &ExecuteCommit, now: i64) -> StoreResult<Option<Conflict>> {
+pub(super) fn check(
+    tx: &Connection,
+    commit: &ExecuteCommit,
+    now: i64,
+) -> StoreResult<Option<Conflict>> {
     let existing = load_key(tx, &commit.key.principal, &commit.key.key, now)?;
     let key_ok = match (&commit.key_condition, &existing) {
         (KeyCondition::Absent, None) => true,
@@ -366,68 +296,6 @@ impl ExecuteLedger for Sqlite {
             }
             put_key(tx, &claim)?;
             Ok(true)
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl ControlStore for Sqlite {
-    async fn get_control(&self) -> StoreResult<Control> {
-        self.read(load_control).await
-    }
-
-    async fn put_control(&self, control: &Control, expected_version: u64) -> StoreResult<bool> {
-        let text = serde_json::to_string(control).map_err(json_err)?;
-        self.write(move |tx| {
-            if load_control(tx)?.version != expected_version {
-                return Ok(false);
-            }
-            tx.execute(
-                "INSERT OR REPLACE INTO control (id, body) VALUES (1, ?)",
-                [text],
-            )
-            .map_err(db_err)?;
-            Ok(true)
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl AuditLog for Sqlite {
-    async fn append(&self, rec: &AuditRecord) -> StoreResult<()> {
-        let rec = rec.clone();
-        self.write(move |tx| append_audit(tx, &rec)).await
-    }
-
-    async fn trail(&self, id: &str) -> StoreResult<Vec<AuditRecord>> {
-        let id = id.to_string();
-        self.read(move |c| {
-            // An action id also pulls in its plan's records.
-            let plan_of_action: Option<String> = c
-                .query_row(
-                    "SELECT plan_id FROM actions WHERE action_id = ?",
-                    [&id],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(db_err)?;
-            let plan = plan_of_action.unwrap_or_else(|| id.clone());
-            let mut st = c
-                .prepare_cached(
-                    "SELECT body FROM audit WHERE plan_id = ? OR action_id = ? OR plan_id = ? \
-                     ORDER BY at, seq",
-                )
-                .map_err(db_err)?;
-            let rows = st
-                .query_map(params![id, id, plan], |r| r.get::<_, String>(0))
-                .map_err(db_err)?;
-            rows.map(|r| {
-                r.map_err(db_err)
-                    .and_then(|t| serde_json::from_str(&t).map_err(json_err))
-            })
-            .collect()
         })
         .await
     }

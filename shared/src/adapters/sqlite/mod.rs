@@ -2,9 +2,19 @@
 //! applied at start, one writer connection and a few readers. Every port is implemented on
 //! [`Sqlite`]; each call runs on the blocking pool.
 
+mod accounts;
+mod actions;
+mod audit;
+mod control;
+mod jobs;
 mod ledger;
+mod orders;
+mod paper;
+mod plans;
+mod positions;
 mod queue;
-mod reads;
+mod read_models;
+mod rows;
 mod schema;
 mod workers;
 

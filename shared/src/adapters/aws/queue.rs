@@ -1,16 +1,15 @@
-//! The queues on SQS: `worker:orders` is FIFO (message group = account, deduplication id =
-//! action id), `worker:jobs` is a standard queue (workers are idempotent on action id).
-
-use async_trait::async_trait;
+//! The queues on SQS: FIFO orders (grouped by account, deduplicated by action id) and
+//! standard jobs; the orders and jobs queue URLs come from the configuration.
 
 use super::{unavailable, Aws};
 use crate::domain::QueueTarget;
 use crate::error::{StoreError, StoreResult};
 use crate::ports::{Delivery, Queue, QueueDepth};
 use crate::records::QueueMessage;
+use async_trait::async_trait;
 
 impl Aws {
-    fn url(&self, queue: QueueTarget) -> &str {
+    pub(super) fn url(&self, queue: QueueTarget) -> &str {
         match queue {
             QueueTarget::Orders => &self.names.orders_queue_url,
             QueueTarget::Jobs => &self.names.jobs_queue_url,

@@ -1,0 +1,72 @@
+//! The audit log on DynamoDB: append-only records, read back as an id's trail.
+
+use super::ddb::{self, from_body, n, s, time_key, Item};
+use super::tables::NO_DESK;
+use super::{unavailable, Aws};
+use crate::error::{StoreError, StoreResult};
+use crate::ports::{ActionStore, AuditLog};
+use crate::records::AuditRecord;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use std::collections::HashMap;
+
+pub(super) fn audit_put(table: &str, a: &AuditRecord) -> StoreResult<TransactWriteItem> {
+    let item: Item = HashMap::from([
+        (
+            "plan_id".to_string(),
+            s(a.plan_id.clone().unwrap_or_else(|| NO_DESK.into())),
+        ),
+        ("seq".to_string(), s(time_key(a.at, &a.audit_id))),
+        ("at".to_string(), n(a.at)),
+        ("body".to_string(), ddb::body(a)?),
+    ]);
+    let put = Put::builder()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression("attribute_not_exists(seq)")
+        .build()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(TransactWriteItem::builder().put(put).build())
+}
+
+#[async_trait]
+impl AuditLog for Aws {
+    async fn append(&self, rec: &AuditRecord) -> StoreResult<()> {
+        self.ddb
+            .transact_write_items()
+            .transact_items(audit_put(&self.names.audit, rec)?)
+            .send()
+            .await
+            .map_err(|e| unavailable("append audit", &e))?;
+        Ok(())
+    }
+
+    async fn trail(&self, id: &str) -> StoreResult<Vec<AuditRecord>> {
+        let plan_id = match self.get_action(id).await? {
+            Some(a) => a.plan_id,
+            None => id.to_string(),
+        };
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let o = self
+                .ddb
+                .query()
+                .table_name(&self.names.audit)
+                .key_condition_expression("plan_id = :p")
+                .expression_attribute_values(":p", s(plan_id.clone()))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| unavailable("Query audit", &e))?;
+            for item in o.items.unwrap_or_default() {
+                out.push(from_body::<AuditRecord>(&item)?);
+            }
+            match o.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Positions and exposures on DynamoDB: the positions table (filled contracts, by account)
+//! and the exposures table (open buy and sell contracts per account and contract).
+
+use super::ddb::{self, from_body, n, s, Item};
+use super::tables::built;
+use super::{unavailable, Aws};
+use crate::auth::DeskScope;
+use crate::domain::{Exposure, ExposureDelta, Position};
+use crate::error::StoreResult;
+use crate::ports::{Page, PositionStore};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use std::collections::HashMap;
+
+#[async_trait]
+impl PositionStore for Aws {
+    async fn list_positions(
+        &self,
+        desks: &DeskScope,
+        account_id: Option<&str>,
+        page: &Page<(String, String)>,
+    ) -> StoreResult<Vec<Position>> {
+        let accounts: Vec<String> = self
+            .all_accounts()
+            .await?
+            .into_iter()
+            .filter(|a| desks.allows(&a.desk))
+            .filter(|a| account_id.is_none_or(|id| id == a.account_id))
+            .filter(|a| {
+                page.after
+                    .as_ref()
+                    .is_none_or(|(acc, _)| &a.account_id >= acc)
+            })
+            .map(|a| a.account_id)
+            .collect();
+        let mut out = Vec::new();
+        for acc in accounts {
+            let mut start: Option<Item> = match &page.after {
+                Some((a, sym)) if *a == acc => Some(HashMap::from([
+                    ("account_id".to_string(), s(a.clone())),
+                    ("symbol".to_string(), s(sym.clone())),
+                ])),
+                _ => None,
+            };
+            loop {
+                let o = self
+                    .ddb
+                    .query()
+                    .table_name(&self.names.positions)
+                    .key_condition_expression("account_id = :a")
+                    .expression_attribute_values(":a", s(acc.clone()))
+                    .consistent_read(true)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|e| unavailable("Query positions", &e))?;
+                for item in o.items.unwrap_or_default() {
+                    out.push(from_body::<Position>(&item)?);
+                }
+                match o.last_evaluated_key {
+                    Some(k) if !k.is_empty() && out.len() < page.limit as usize => start = Some(k),
+                    _ => break,
+                }
+            }
+            if out.len() >= page.limit as usize {
+                break;
+            }
+        }
+        out.truncate(page.limit as usize);
+        Ok(out)
+    }
+
+    async fn get_exposure(&self, account_id: &str, symbol: &str) -> StoreResult<Exposure> {
+        let item = self
+            .get(
+                &self.names.exposures,
+                &[("account_id", s(account_id)), ("symbol", s(symbol))],
+            )
+            .await?;
+        Ok(ddb::exposure_from_item(item.as_ref()))
+    }
+
+    async fn get_position(&self, account_id: &str, symbol: &str) -> StoreResult<Option<Position>> {
+        self.get(
+            &self.names.positions,
+            &[("account_id", s(account_id)), ("symbol", s(symbol))],
+        )
+        .await?
+        .map(|i| from_body(&i))
+        .transpose()
+    }
+}
+
+pub(super) fn position_put(
+    table: &str,
+    p: &Position,
+    expected: Option<i64>,
+) -> StoreResult<TransactWriteItem> {
+    let put = Put::builder()
+        .table_name(table)
+        .item("account_id", s(p.account_id.clone()))
+        .item("symbol", s(p.symbol.clone()))
+        .item("quantity", n(p.quantity))
+        .item("body", ddb::body(p)?);
+    let put = match expected {
+        None => put.condition_expression("attribute_not_exists(account_id)"),
+        Some(q) => put
+            .condition_expression("quantity = :q")
+            .expression_attribute_values(":q", n(q)),
+    };
+    Ok(TransactWriteItem::builder()
+        .put(built(put.build())?)
+        .build())
+}
+
+impl Aws {
+    /// The exposure's copy of a position moved by `by` (a sync replaced it).
+    pub(super) fn position_moved(
+        &self,
+        account: &str,
+        symbol: &str,
+        by: i64,
+    ) -> StoreResult<TransactWriteItem> {
+        let d = ExposureDelta {
+            account_id: account.to_string(),
+            symbol: symbol.to_string(),
+            position: by,
+            open_buy: 0,
+            open_sell: 0,
+        };
+        let up = ddb::exposure_update(&self.names.exposures, &d);
+        Ok(TransactWriteItem::builder()
+            .update(built(up.build())?)
+            .build())
+    }
+}

@@ -1,0 +1,281 @@
+//! DynamoDB access every entity file uses: single reads, scans, newest-first index
+//! queries merged across desks, batched writes with retries of unprocessed items, the
+//! desk lookup, and conditional transactions.
+
+use super::ddb::{from_body, opt_s, s, time_key, Item};
+use super::{is_condition_failure, unavailable, Aws};
+use crate::auth::DeskScope;
+use crate::domain::Account;
+use crate::error::{StoreError, StoreResult};
+use crate::ports::TimeKey;
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, TransactWriteItem, WriteRequest};
+use std::collections::{BTreeSet, HashMap};
+
+/// The `desk` of jobs tied to no account.
+pub(super) const NO_DESK: &str = "-";
+
+impl Aws {
+    pub(super) async fn get(
+        &self,
+        table: &str,
+        key: &[(&str, AttributeValue)],
+    ) -> StoreResult<Option<Item>> {
+        let mut req = self.ddb.get_item().table_name(table).consistent_read(true);
+        for (k, v) in key {
+            req = req.key(*k, v.clone());
+        }
+        req.send()
+            .await
+            .map(|o| o.item)
+            .map_err(|e| unavailable(&format!("GetItem {table}"), &e))
+    }
+
+    pub(super) async fn scan_all(&self, table: &str) -> StoreResult<Vec<Item>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let o = self
+                .ddb
+                .scan()
+                .table_name(table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| unavailable(&format!("Scan {table}"), &e))?;
+            out.extend(o.items.unwrap_or_default());
+            match o.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    pub(super) async fn all_accounts(&self) -> StoreResult<Vec<Account>> {
+        let mut v: Vec<Account> = self
+            .scan_all(&self.names.accounts)
+            .await?
+            .iter()
+            .map(from_body)
+            .collect::<StoreResult<_>>()?;
+        v.sort_by(|a, b| a.account_id.cmp(&b.account_id));
+        Ok(v)
+    }
+
+    /// The desks a scope covers (all known desks for `All`).
+    pub(super) async fn desks(&self, scope: &DeskScope) -> StoreResult<Vec<String>> {
+        Ok(match scope {
+            DeskScope::All => self
+                .all_accounts()
+                .await?
+                .into_iter()
+                .map(|a| a.desk)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            DeskScope::Only(d) => d.iter().cloned().collect(),
+        })
+    }
+
+    /// Newest-first rows of one index partition, strictly before `before`, at most `want`
+    /// after the optional `filter` (attribute name, value).
+    pub(super) async fn query_newest(
+        &self,
+        table: &str,
+        index: &str,
+        partition: (&str, &str),
+        before: Option<&str>,
+        filters: &[(&str, String)],
+        want: usize,
+    ) -> StoreResult<Vec<Item>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let mut q = self
+                .ddb
+                .query()
+                .table_name(table)
+                .index_name(index)
+                .scan_index_forward(false)
+                .limit(want.max(10) as i32)
+                .expression_attribute_names("#p", partition.0)
+                .expression_attribute_values(":p", s(partition.1))
+                .set_exclusive_start_key(start);
+            q = match before {
+                Some(b) => q
+                    .key_condition_expression("#p = :p AND created_key < :before")
+                    .expression_attribute_values(":before", s(b)),
+                None => q.key_condition_expression("#p = :p"),
+            };
+            if !filters.is_empty() {
+                let mut expr = Vec::new();
+                for (i, (name, value)) in filters.iter().enumerate() {
+                    q = q
+                        .expression_attribute_names(format!("#f{i}"), *name)
+                        .expression_attribute_values(format!(":f{i}"), s(value.clone()));
+                    expr.push(format!("#f{i} = :f{i}"));
+                }
+                q = q.filter_expression(expr.join(" AND "));
+            }
+            let o = q
+                .send()
+                .await
+                .map_err(|e| unavailable(&format!("Query {table}.{index}"), &e))?;
+            out.extend(o.items.unwrap_or_default());
+            match o.last_evaluated_key {
+                Some(k) if !k.is_empty() && out.len() < want => start = Some(k),
+                _ => break,
+            }
+        }
+        out.truncate(want);
+        Ok(out)
+    }
+
+    /// Merges per-partition newest-first lists into one page.
+    /// The newest `want` rows over several desks: one `by_desk` query per desk, merged.
+    pub(super) async fn newest_by_desk(
+        &self,
+        table: &str,
+        desk_list: Vec<String>,
+        before: Option<&str>,
+        filters: &[(&str, String)],
+        want: usize,
+    ) -> StoreResult<Vec<Item>> {
+        let mut all = Vec::new();
+        for d in desk_list {
+            all.extend(
+                self.query_newest(table, "by_desk", ("desk", &d), before, filters, want)
+                    .await?,
+            );
+        }
+        Ok(Self::merge_newest(all, want))
+    }
+
+    pub(super) fn merge_newest(mut rows: Vec<Item>, limit: usize) -> Vec<Item> {
+        rows.sort_by(|a, b| {
+            let ka = opt_s(a, "created_key").unwrap_or_default();
+            let kb = opt_s(b, "created_key").unwrap_or_default();
+            kb.cmp(&ka)
+        });
+        rows.truncate(limit);
+        rows
+    }
+
+    pub(super) async fn batch_put(&self, table: &str, items: Vec<Item>) -> StoreResult<()> {
+        for chunk in items.chunks(25) {
+            let mut pending: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|i| {
+                    PutRequest::builder()
+                        .set_item(Some(i.clone()))
+                        .build()
+                        .map(|p| WriteRequest::builder().put_request(p).build())
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))
+                })
+                .collect::<StoreResult<_>>()?;
+            for _ in 0..8 {
+                if pending.is_empty() {
+                    break;
+                }
+                let o = self
+                    .ddb
+                    .batch_write_item()
+                    .request_items(table, pending.clone())
+                    .send()
+                    .await
+                    .map_err(|e| unavailable(&format!("BatchWriteItem {table}"), &e))?;
+                pending = o
+                    .unprocessed_items
+                    .and_then(|mut m| m.remove(table))
+                    .unwrap_or_default();
+            }
+            if !pending.is_empty() {
+                return Err(StoreError::Unavailable(format!(
+                    "BatchWriteItem {table}: items left unprocessed"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn desk_of(
+        &self,
+        account_id: &str,
+        cache: &mut HashMap<String, String>,
+    ) -> StoreResult<String> {
+        if let Some(d) = cache.get(account_id) {
+            return Ok(d.clone());
+        }
+        let d = match self
+            .get(&self.names.accounts, &[("account_id", s(account_id))])
+            .await?
+        {
+            Some(item) => from_body::<Account>(&item)?.desk,
+            None => return Err(StoreError::Corrupt(format!("no account {account_id}"))),
+        };
+        cache.insert(account_id.to_string(), d.clone());
+        Ok(d)
+    }
+}
+
+pub(super) fn before_key(after: &Option<TimeKey>) -> Option<String> {
+    after.as_ref().map(|(ms, id)| time_key(*ms, id))
+}
+
+pub(super) fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
+    r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
+}
+
+impl Aws {
+    /// One `TransactWriteItems`: `true` if written, `false` if a condition failed (or the
+    /// transaction conflicted): read again and decide again.
+    pub(super) async fn transact_if(
+        &self,
+        items: &[TransactWriteItem],
+        what: &str,
+    ) -> StoreResult<bool> {
+        match self
+            .ddb
+            .transact_write_items()
+            .set_transact_items(Some(items.to_vec()))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable(&format!("TransactWriteItems {what}"), &e)),
+        }
+    }
+
+    /// Writes `item` unless an item with this key exists; either way returns the stored
+    /// record (the one written, or the one already there: a redelivery creates nothing).
+    pub(super) async fn put_if_absent<T: Clone + serde::de::DeserializeOwned>(
+        &self,
+        table: &str,
+        key_name: &str,
+        key: &str,
+        item: Item,
+        record: &T,
+    ) -> StoreResult<T> {
+        let r = self
+            .ddb
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", key_name)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(record.clone()),
+            Err(e) if is_condition_failure(&e) => {
+                let item = self
+                    .get(table, &[(key_name, s(key))])
+                    .await?
+                    .ok_or_else(|| StoreError::Corrupt(format!("{key} vanished")))?;
+                from_body(&item)
+            }
+            Err(e) => Err(unavailable("PutItem", &e)),
+        }
+    }
+}

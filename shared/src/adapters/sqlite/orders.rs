@@ -1,0 +1,120 @@
+//! Orders on SQLite: the `orders` table.
+
+use super::rows::{desk_clause, parse, price, query, time_after};
+use super::{db_err, Sqlite};
+use crate::auth::DeskScope;
+use crate::domain::Order;
+use crate::error::StoreResult;
+use crate::ports::{OrderFilter, OrderStore, Page, TimeKey};
+use async_trait::async_trait;
+use rusqlite::types::Value;
+use rusqlite::{params, Row, Transaction};
+
+pub(super) const ORDER_COLUMNS: &str =
+    "o.order_id, o.account_id, o.symbol, o.side, o.quantity, o.order_type, \
+     o.limit_price, o.stop_price, o.time_in_force, o.status, o.filled_quantity, o.avg_fill_price, \
+     o.action_id, o.created_at, o.updated_at";
+
+pub(super) fn order_row(r: &Row) -> rusqlite::Result<Order> {
+    Ok(Order {
+        order_id: r.get(0)?,
+        terms: crate::domain::OrderTerms {
+            account_id: r.get(1)?,
+            symbol: r.get(2)?,
+            side: parse(r.get(3)?)?,
+            quantity: r.get(4)?,
+            order_type: parse(r.get(5)?)?,
+            limit_price: price(r.get(6)?)?,
+            stop_price: price(r.get(7)?)?,
+            time_in_force: parse(r.get(8)?)?,
+        },
+        status: parse(r.get(9)?)?,
+        filled_quantity: r.get(10)?,
+        avg_fill_price: price(r.get(11)?)?,
+        action_id: r.get(12)?,
+        created_at: r.get(13)?,
+        updated_at: r.get(14)?,
+    })
+}
+
+#[async_trait]
+impl OrderStore for Sqlite {
+    async fn list_orders(
+        &self,
+        desks: &DeskScope,
+        filter: &OrderFilter,
+        page: &Page<TimeKey>,
+    ) -> StoreResult<Vec<Order>> {
+        let mut args = Vec::new();
+        let mut sql = format!(
+            "SELECT {ORDER_COLUMNS} FROM orders o JOIN accounts a ON a.account_id = o.account_id \
+             WHERE {}",
+            desk_clause(desks, "a.desk", &mut args)
+        );
+        if let Some(id) = &filter.account_id {
+            sql.push_str(" AND o.account_id = ?");
+            args.push(Value::Text(id.clone()));
+        }
+        if let Some(s) = filter.status {
+            sql.push_str(" AND o.status = ?");
+            args.push(Value::Text(s.as_str().into()));
+        }
+        sql.push_str(&time_after(
+            &page.after,
+            "o.created_at",
+            "o.order_id",
+            &mut args,
+        ));
+        sql.push_str(" ORDER BY o.created_at DESC, o.order_id DESC LIMIT ?");
+        args.push(Value::Integer(page.limit as i64));
+        self.read(move |c| query(c, &sql, args, order_row)).await
+    }
+
+    async fn get_order(&self, order_id: &str) -> StoreResult<Option<Order>> {
+        let sql = format!("SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_id = ?");
+        let args = vec![Value::Text(order_id.to_string())];
+        self.read(move |c| query(c, &sql, args, order_row).map(|v| v.into_iter().next()))
+            .await
+    }
+}
+
+/// Writes an order's row: replacing one with the same id, or (`replace` false) only if absent.
+pub(super) fn put_order(tx: &Transaction, o: &Order, replace: bool) -> StoreResult<usize> {
+    let verb = if replace {
+        "INSERT OR REPLACE"
+    } else {
+        "INSERT OR IGNORE"
+    };
+    tx.prepare_cached(&format!(
+        "{verb} INTO orders (order_id, account_id, symbol, side, quantity, order_type, \
+         limit_price, stop_price, time_in_force, status, filled_quantity, avg_fill_price, \
+         action_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .and_then(|mut st| {
+        st.execute(params![
+            o.order_id,
+            o.terms.account_id,
+            o.terms.symbol,
+            o.terms.side.as_str(),
+            o.terms.quantity,
+            o.terms.order_type.as_str(),
+            o.terms.limit_price.map(|x| x.to_string()),
+            o.terms.stop_price.map(|x| x.to_string()),
+            o.terms.time_in_force.as_str(),
+            o.status.as_str(),
+            o.filled_quantity,
+            o.avg_fill_price.map(|x| x.to_string()),
+            o.action_id,
+            o.created_at,
+            o.updated_at
+        ])
+    })
+    .map_err(db_err)
+}
+
+pub(super) fn load_order(c: &rusqlite::Connection, id: &str) -> StoreResult<Option<Order>> {
+    let sql = format!("SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_id = ?");
+    Ok(query(c, &sql, vec![id.to_string().into()], order_row)?
+        .into_iter()
+        .next())
+}

@@ -1,0 +1,87 @@
+//! Row helpers shared by the SQLite entity files: the desk filter, keyset paging, text
+//! columns parsed into domain types, JSON bodies.
+
+use super::{db_err, json_err};
+use crate::auth::DeskScope;
+use crate::domain::Price;
+use crate::error::StoreResult;
+use crate::ports::TimeKey;
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Row};
+
+/// `desk IN (...)` for a desk scope, with its parameters. `column` names the desk column.
+pub(super) fn desk_clause(desks: &DeskScope, column: &str, args: &mut Vec<Value>) -> String {
+    match desks {
+        DeskScope::All => "1=1".into(),
+        DeskScope::Only(d) if d.is_empty() => "0=1".into(),
+        DeskScope::Only(d) => {
+            let marks = vec!["?"; d.len()].join(",");
+            args.extend(d.iter().map(|x| Value::Text(x.clone())));
+            format!("{column} IN ({marks})")
+        }
+    }
+}
+
+pub(super) fn parse<T: std::str::FromStr<Err = String>>(s: String) -> rusqlite::Result<T> {
+    s.parse::<T>().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            format!("{s:?}: {e}").into(),
+        )
+    })
+}
+
+pub(super) fn price(s: Option<String>) -> rusqlite::Result<Option<Price>> {
+    s.map(|s| {
+        Price::parse(&s).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
+        })
+    })
+    .transpose()
+}
+
+pub(super) fn query<T>(
+    c: &rusqlite::Connection,
+    sql: &str,
+    args: Vec<Value>,
+    f: fn(&Row) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    let mut st = c.prepare_cached(sql).map_err(db_err)?;
+    let rows = st
+        .query_map(rusqlite::params_from_iter(args), f)
+        .map_err(db_err)?;
+    rows.collect::<rusqlite::Result<Vec<T>>>().map_err(db_err)
+}
+
+/// `AND (created_at, id) < (?, ?)` for newest-first keyset pages.
+pub(super) fn time_after(
+    after: &Option<TimeKey>,
+    t: &str,
+    id: &str,
+    args: &mut Vec<Value>,
+) -> String {
+    match after {
+        None => String::new(),
+        Some((ms, key)) => {
+            args.push(Value::Integer(*ms));
+            args.push(Value::Integer(*ms));
+            args.push(Value::Text(key.clone()));
+            format!(" AND ({t} < ? OR ({t} = ? AND {id} < ?))")
+        }
+    }
+}
+
+pub(super) fn body<T: serde::de::DeserializeOwned>(text: String) -> StoreResult<T> {
+    serde_json::from_str(&text).map_err(json_err)
+}
+
+pub(super) fn one_body(
+    c: &Connection,
+    sql: &str,
+    key: &[&dyn rusqlite::ToSql],
+) -> StoreResult<Option<String>> {
+    c.prepare_cached(sql)
+        .and_then(|mut st| st.query_row(key, |r| r.get::<_, String>(0)).optional())
+        .map_err(db_err)
+}
