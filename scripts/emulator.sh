@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the local AWS emulator (moto's server mode) that the AWS-backend tests run against:
-# a virtualenv at <repo>/.venv with pinned moto[server] and cryptography (KMS ECC signing).
+# a virtualenv at <repo>/.venv with pinned moto[server] and cryptography (KMS ECC signing),
+# and libfaketime (its wheel ships the x86-64 libfaketime.so.1, linked to
+# <repo>/.venv/lib/libfaketime.so.1): the permission proof (tests/tests/permissions.rs) runs
+# the real Lambda binaries, which read only the system clock, at a fixed trading hour.
 #
 # Idempotent and fast when already installed: pip runs only when an installed version differs
 # from a pin. Needs python3 (>= 3.11) and PyPI; nothing else (scripts/venv.sh does the venv).
@@ -20,9 +23,11 @@ source scripts/venv.sh
 # Direct pins: what the tests rely on. Bump together, then re-run this script.
 MOTO_VERSION="5.2.5"
 CRYPTOGRAPHY_VERSION="50.0.2"
+LIBFAKETIME_VERSION="3.0.1"
 pins=(
     "moto[server]==$MOTO_VERSION"
     "cryptography==$CRYPTOGRAPHY_VERSION"
+    "libfaketime==$LIBFAKETIME_VERSION"
 )
 
 # Transitive pins (constraints only: a package is installed only if something requires it),
@@ -72,6 +77,7 @@ pydantic_core==2.50.4
 pyparsing==3.3.3
 python-dateutil==2.9.0.post0
 python-dotenv==1.2.4
+pytz==2026.6
 PyYAML==6.0.3
 referencing==0.37.0
 regex==2026.11.15
@@ -104,6 +110,16 @@ fi
     exit 1
 }
 
+# The preload library, at a path that does not depend on the Python version; it must shift
+# the clock of a child process (a library of another architecture would be ignored).
+faketime_lib="$("$py" -c 'import importlib.util, os; s = importlib.util.find_spec("libfaketime"); print(os.path.join(os.path.dirname(s.origin), "vendor/libfaketime/src/libfaketime.so.1"))')"
+ln -sf "$faketime_lib" "$venv/lib/libfaketime.so.1"
+if [[ "$(LD_PRELOAD="$venv/lib/libfaketime.so.1" FAKETIME="-400d" date -u +%Y-%m-%d 2>/dev/null)" \
+    == "$(date -u +%Y-%m-%d)" ]]; then
+    echo "emulator: $venv/lib/libfaketime.so.1 does not shift the clock of a child process" >&2
+    exit 1
+fi
+
 echo "emulator: moto $("$py" -c 'from importlib.metadata import version as v; print(v("moto"))')" \
     "(cryptography $("$py" -c 'from importlib.metadata import version as v; print(v("cryptography"))'))" \
-    "ready: $venv/bin/moto_server"
+    "ready: $venv/bin/moto_server; libfaketime: $venv/lib/libfaketime.so.1"

@@ -877,3 +877,69 @@ pub fn function_binary(name: &str) -> PathBuf {
     );
     bin
 }
+
+// ---------------------------------------------------------------------------------------
+// The wall clock of function processes. Lambdas read the system clock only (they ignore
+// `AIRLOCK_NOW`, so no deployment can be given a fake time), and orders need an open
+// market: a test that runs them shifts their clock with libfaketime instead.
+
+/// libfaketime, installed by `scripts/emulator.sh` (or `$AIRLOCK_FAKETIME_LIB`).
+pub fn faketime_lib() -> PathBuf {
+    let lib = std::env::var_os("AIRLOCK_FAKETIME_LIB")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::moto::Moto::repo_root().join(".venv/lib/libfaketime.so.1"));
+    assert!(
+        lib.exists(),
+        "{} is missing: run scripts/emulator.sh (the README's test command does)",
+        lib.display()
+    );
+    lib
+}
+
+pub fn real_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Shifts the processes' wall clock so that the tour starts at [`MARKET_OPEN`].
+pub struct FakeClock {
+    lib: PathBuf,
+    offset_ms: i64,
+}
+
+impl FakeClock {
+    pub fn new() -> FakeClock {
+        let start = chrono::DateTime::parse_from_rfc3339(crate::MARKET_OPEN)
+            .expect("MARKET_OPEN")
+            .timestamp_millis();
+        FakeClock {
+            lib: faketime_lib(),
+            offset_ms: start - real_now_ms(),
+        }
+    }
+
+    /// Now on the shifted clock, seconds.
+    pub fn now_s(&self) -> i64 {
+        (real_now_ms() + self.offset_ms).div_euclid(1000)
+    }
+
+    /// The environment that runs a process `ahead_s` seconds ahead of the shifted clock.
+    pub fn env(&self, ahead_s: i64) -> Vec<(String, String)> {
+        let offset_s = self.offset_ms as f64 / 1000.0 + ahead_s as f64;
+        vec![
+            ("LD_PRELOAD".into(), self.lib.display().to_string()),
+            ("FAKETIME".into(), format!("{offset_s:+.3}")),
+            // Timers and timeouts keep the real monotonic clock.
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ]
+    }
+}
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        FakeClock::new()
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use airlock_tests::lambda::{function_binary, LambdaEmulator};
+use airlock_tests::lambda::{function_binary, FakeClock, LambdaEmulator};
 use airlock_tests::{Backend, Server, MARKET_OPEN};
 use serde_json::{json, Value};
 
@@ -42,12 +42,15 @@ async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records
 
     let emu = LambdaEmulator::start();
     let dir_s = dir.to_str().unwrap();
-    // The worker re-checks market hours before the broker: the same instant as the plan.
-    let env = [
+    // The worker re-checks market hours before the broker: it runs on a clock shifted to
+    // the plan's instant (a Lambda reads the system clock only).
+    let clock = FakeClock::new();
+    let shifted = clock.env(0);
+    let mut env = vec![
         ("AIRLOCK_BACKEND", "embedded"),
         ("AIRLOCK_STATE_DIR", dir_s),
-        ("AIRLOCK_NOW", MARKET_OPEN),
     ];
+    env.extend(shifted.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let mut f = emu.spawn_function(&function_binary("worker-orders"), &env);
     f.wait_ready(TIMEOUT).expect("worker-orders starts");
     let out = f

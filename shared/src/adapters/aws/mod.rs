@@ -8,6 +8,7 @@ mod accounts;
 mod actions;
 mod audit;
 pub mod bootstrap;
+pub mod calls;
 mod control;
 mod ddb;
 mod jobs;
@@ -37,7 +38,8 @@ pub use kms::KmsSigner;
 
 use crate::error::StoreError;
 
-/// Records each SDK operation (`DynamoDB.TransactWriteItems`, `SQS.SendMessage`, ...).
+/// Records each SDK operation (`DynamoDB.TransactWriteItems`, `SQS.SendMessage`, ...), and
+/// the IAM permissions it needs when the test-only call log is on (see [`calls`]).
 #[derive(Debug, Default)]
 pub struct CallRecorder;
 
@@ -50,12 +52,13 @@ impl Intercept for CallRecorder {
     // by now, unlike at `read_before_execution`.
     fn read_before_serialization(
         &self,
-        _context: &BeforeSerializationInterceptorContextRef<'_>,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         if let Some(m) = cfg.load::<Metadata>() {
             crate::telemetry::record_call(m.service(), m.name());
+            calls::record(m.service(), m.name(), context.input());
         }
         Ok(())
     }

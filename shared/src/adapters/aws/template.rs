@@ -92,6 +92,8 @@ pub struct KeyDef {
     pub logical_id: String,
     pub key_spec: String,
     pub key_usage: String,
+    /// The key policy's statements (a `Resource: "*"` there means this key).
+    pub policy: Vec<StatementDef>,
 }
 
 /// An event that invokes a function.
@@ -117,6 +119,66 @@ pub struct FunctionDef {
     /// Environment variables (globals, then the function's own), values as written.
     pub env: BTreeMap<String, Value>,
     pub events: Vec<EventDef>,
+    /// Logical id of the execution role (`Role: !GetAtt X.Arn`).
+    pub role: Option<String>,
+    /// Logical id of the log group it writes (`LoggingConfig.LogGroup: !Ref X`).
+    pub log_group: Option<String>,
+}
+
+/// A resource an IAM statement names, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceDef {
+    /// `!GetAtt X.Arn` (no suffix), or `!Sub "${X.Arn}/index/*"` (suffix `/index/*`).
+    Arn { logical_id: String, suffix: String },
+    /// `!If [condition, a, b]`: one of these, as the condition says.
+    Either(Vec<ResourceDef>),
+    /// A literal: `*`, or an ARN.
+    Literal(String),
+}
+
+/// Who a key policy statement is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrincipalDef {
+    /// `AWS: !GetAtt X.Arn`: the role X.
+    Role(String),
+    /// `AWS: arn:...:iam::ACCOUNT:root`: the account, which delegates to its IAM policies.
+    Account,
+    /// `AWS: "*"`.
+    Anyone,
+    /// Anything else (a service principal, a literal ARN).
+    Other(String),
+}
+
+/// One statement of an IAM policy or a key policy.
+#[derive(Debug, Clone)]
+pub struct StatementDef {
+    pub sid: Option<String>,
+    /// `Allow` or `Deny`.
+    pub effect: String,
+    pub actions: Vec<String>,
+    pub resources: Vec<ResourceDef>,
+    /// Key policies only.
+    pub principal: Option<PrincipalDef>,
+    /// The `Condition` block as written, if any.
+    pub condition: Option<Value>,
+}
+
+/// An `AWS::IAM::Role`: its inline policies' statements and its managed policies.
+#[derive(Debug, Clone)]
+pub struct RoleDef {
+    pub logical_id: String,
+    pub statements: Vec<StatementDef>,
+    /// `ManagedPolicyArns` that are `!Ref` to a template `AWS::IAM::ManagedPolicy`.
+    pub managed_policies: Vec<String>,
+    /// `ManagedPolicyArns` given as ARNs (AWS managed policies), as written.
+    pub external_policies: Vec<String>,
+}
+
+/// An `AWS::IAM::ManagedPolicy` of the template.
+#[derive(Debug, Clone)]
+pub struct ManagedPolicyDef {
+    pub logical_id: String,
+    pub statements: Vec<StatementDef>,
 }
 
 /// What the template declares, in declaration order.
@@ -128,6 +190,10 @@ pub struct Template {
     /// `AliasName` of each `AWS::KMS::Alias`, as written.
     pub key_aliases: Vec<String>,
     pub functions: Vec<FunctionDef>,
+    pub roles: Vec<RoleDef>,
+    pub managed_policies: Vec<ManagedPolicyDef>,
+    /// Each parameter's `Default`, if it has one.
+    pub parameters: BTreeMap<String, Option<String>>,
 }
 
 impl Template {
@@ -141,6 +207,16 @@ impl Template {
 
     pub fn function(&self, logical_id: &str) -> Option<&FunctionDef> {
         self.functions.iter().find(|f| f.logical_id == logical_id)
+    }
+
+    pub fn role(&self, logical_id: &str) -> Option<&RoleDef> {
+        self.roles.iter().find(|r| r.logical_id == logical_id)
+    }
+
+    pub fn managed_policy(&self, logical_id: &str) -> Option<&ManagedPolicyDef> {
+        self.managed_policies
+            .iter()
+            .find(|p| p.logical_id == logical_id)
     }
 }
 
@@ -390,6 +466,11 @@ fn function(id: &str, res: &Value, globals: Option<&Value>) -> Result<FunctionDe
         .map(|m| m.values().map(event).collect())
         .unwrap_or_default();
     let meta = field(res, "Metadata");
+    let role = p.and_then(|p| field(p, "Role")).and_then(referenced_id);
+    let log_group = p
+        .and_then(|p| field(p, "LoggingConfig"))
+        .and_then(|l| field(l, "LogGroup"))
+        .and_then(referenced_id);
     Ok(FunctionDef {
         logical_id: id.to_string(),
         build_method: meta.and_then(|m| text(m, "BuildMethod")),
@@ -402,6 +483,156 @@ fn function(id: &str, res: &Value, globals: Option<&Value>) -> Result<FunctionDe
         timeout_s,
         env,
         events,
+        role,
+        log_group,
+    })
+}
+
+/// A string or a list of strings (`Action: x` or `Action: [x, y]`).
+fn strings(v: Option<&Value>, ctx: &str) -> Result<Vec<String>, String> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Sequence(seq)) => seq
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(String::from)
+                    .ok_or(format!("{ctx}: a list of strings is expected"))
+            })
+            .collect(),
+        Some(_) => Err(format!("{ctx}: a string or a list of strings is expected")),
+    }
+}
+
+fn resource(v: &Value, ctx: &str) -> Result<ResourceDef, String> {
+    if let Value::String(s) = v {
+        return Ok(ResourceDef::Literal(s.clone()));
+    }
+    let (name, arg) = intrinsic(v).ok_or(format!("{ctx}: unsupported resource {v:?}"))?;
+    match name.as_str() {
+        "GetAtt" => {
+            let id = referenced_id(v).ok_or(format!("{ctx}: !GetAtt without a logical id"))?;
+            let attr = match arg {
+                Value::String(s) => s.split_once('.').map(|(_, a)| a.to_string()),
+                Value::Sequence(seq) => seq.get(1).and_then(Value::as_str).map(String::from),
+                _ => None,
+            };
+            match attr.as_deref() {
+                Some("Arn") => Ok(ResourceDef::Arn {
+                    logical_id: id,
+                    suffix: String::new(),
+                }),
+                other => Err(format!(
+                    "{ctx}: !GetAtt {id}.{other:?}: only .Arn names a resource"
+                )),
+            }
+        }
+        "Sub" => {
+            let pattern = string_or_sub(v).ok_or(format!("{ctx}: !Sub without a pattern"))?;
+            let rest = pattern
+                .strip_prefix("${")
+                .and_then(|r| r.split_once(".Arn}"))
+                .filter(|(id, _)| !id.contains(['$', '{', '}', ':']));
+            match rest {
+                Some((id, suffix)) if !suffix.contains("${") => Ok(ResourceDef::Arn {
+                    logical_id: id.to_string(),
+                    suffix: suffix.to_string(),
+                }),
+                _ if !pattern.contains("${") => Ok(ResourceDef::Literal(pattern)),
+                _ => Err(format!(
+                    "{ctx}: !Sub {pattern:?}: only \"${{X.Arn}}<suffix>\" is understood"
+                )),
+            }
+        }
+        "If" => match arg.as_sequence().map(Vec::as_slice) {
+            Some([_, a, b]) => Ok(ResourceDef::Either(vec![
+                resource(a, ctx)?,
+                resource(b, ctx)?,
+            ])),
+            _ => Err(format!("{ctx}: !If needs [condition, a, b]")),
+        },
+        other => Err(format!("{ctx}: !{other} is not understood as a resource")),
+    }
+}
+
+fn principal(v: &Value) -> PrincipalDef {
+    if v.as_str() == Some("*") {
+        return PrincipalDef::Anyone;
+    }
+    let Some(aws) = field(v, "AWS") else {
+        return PrincipalDef::Other(format!("{v:?}"));
+    };
+    if aws.as_str() == Some("*") {
+        return PrincipalDef::Anyone;
+    }
+    if let Some(id) = referenced_id(aws) {
+        return PrincipalDef::Role(id);
+    }
+    match string_or_sub(aws) {
+        Some(s) if s.ends_with(":root") => PrincipalDef::Account,
+        other => PrincipalDef::Other(other.unwrap_or_else(|| format!("{aws:?}"))),
+    }
+}
+
+/// The statements of a policy document given as JSON (or YAML) text, such as an IAM
+/// policy kept outside the template.
+pub fn policy_document(text: &str) -> Result<Vec<StatementDef>, String> {
+    let doc: Value = serde_yaml::from_str(text).map_err(|e| format!("policy document: {e}"))?;
+    statements(Some(&doc), "policy")
+}
+
+/// The statements of a policy document.
+fn statements(doc: Option<&Value>, ctx: &str) -> Result<Vec<StatementDef>, String> {
+    let list = match doc.and_then(|d| field(d, "Statement")) {
+        None => return Ok(Vec::new()),
+        Some(Value::Sequence(seq)) => seq.clone(),
+        Some(one) => vec![one.clone()],
+    };
+    let mut out = Vec::new();
+    for (i, st) in list.iter().enumerate() {
+        let ctx = format!("{ctx}.Statement[{i}]");
+        let resources = match field(st, "Resource") {
+            None => Vec::new(),
+            Some(Value::Sequence(seq)) => seq
+                .iter()
+                .map(|r| resource(r, &ctx))
+                .collect::<Result<_, _>>()?,
+            Some(one) => vec![resource(one, &ctx)?],
+        };
+        if field(st, "NotAction").is_some() || field(st, "NotResource").is_some() {
+            return Err(format!("{ctx}: NotAction / NotResource are not understood"));
+        }
+        out.push(StatementDef {
+            sid: text(st, "Sid"),
+            effect: text(st, "Effect").ok_or(format!("{ctx}: no Effect"))?,
+            actions: strings(field(st, "Action"), &format!("{ctx}.Action"))?,
+            resources,
+            principal: field(st, "Principal").map(principal),
+            condition: field(st, "Condition").cloned(),
+        });
+    }
+    Ok(out)
+}
+
+fn role(id: &str, p: &Value) -> Result<RoleDef, String> {
+    let mut stmts = Vec::new();
+    for (i, pol) in seq(p, "Policies").iter().enumerate() {
+        let ctx = format!("{id}.Policies[{i}]");
+        stmts.extend(statements(field(pol, "PolicyDocument"), &ctx)?);
+    }
+    let (mut managed, mut external) = (Vec::new(), Vec::new());
+    for m in seq(p, "ManagedPolicyArns") {
+        match intrinsic(m) {
+            Some((n, _)) if n == "Ref" => managed.extend(referenced_id(m)),
+            _ => external.push(string_or_sub(m).unwrap_or_else(|| format!("{m:?}"))),
+        }
+    }
+    Ok(RoleDef {
+        logical_id: id.to_string(),
+        statements: stmts,
+        managed_policies: managed,
+        external_policies: external,
     })
 }
 
@@ -413,6 +644,13 @@ pub fn parse(yaml: &str) -> Result<Template, String> {
         .ok_or("infra/template.yaml: no Resources")?;
     let globals = field(&doc, "Globals").and_then(|g| field(g, "Function"));
     let mut t = Template::default();
+    if let Some(params) = field(&doc, "Parameters").and_then(Value::as_mapping) {
+        for (name, p) in params {
+            if let Some(name) = name.as_str() {
+                t.parameters.insert(name.to_string(), text(p, "Default"));
+            }
+        }
+    }
     for (id, res) in resources {
         let id = id
             .as_str()
@@ -426,6 +664,17 @@ pub fn parse(yaml: &str) -> Result<Template, String> {
                 logical_id: id.to_string(),
                 key_spec: text(props, "KeySpec").unwrap_or_else(|| "SYMMETRIC_DEFAULT".into()),
                 key_usage: text(props, "KeyUsage").unwrap_or_else(|| "ENCRYPT_DECRYPT".into()),
+                policy: statements(field(props, "KeyPolicy"), &format!("{id}.KeyPolicy"))
+                    .map_err(wrap)?,
+            }),
+            Some("AWS::IAM::Role") => t.roles.push(role(id, props).map_err(wrap)?),
+            Some("AWS::IAM::ManagedPolicy") => t.managed_policies.push(ManagedPolicyDef {
+                logical_id: id.to_string(),
+                statements: statements(
+                    field(props, "PolicyDocument"),
+                    &format!("{id}.PolicyDocument"),
+                )
+                .map_err(wrap)?,
             }),
             Some("AWS::KMS::Alias") => {
                 if let Some(name) = field(props, "AliasName").and_then(string_or_sub) {
@@ -932,6 +1181,92 @@ mod tests {
         let once = "          AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH: \"true\"\n";
         let t = parse(&TEMPLATE.replacen(once, "", 1)).unwrap();
         assert!(!environment_problems(&t).is_empty());
+    }
+
+    /// The IAM side as the permission proof (`tests/tests/permissions.rs`) reads it: every
+    /// function runs as a role of its own that writes its own log group, and only the plan
+    /// function's role may sign.
+    #[test]
+    fn every_function_has_its_own_role_and_only_plan_signs() {
+        let t = tpl();
+        let mut roles = BTreeSet::new();
+        for f in &t.functions {
+            let id = &f.logical_id;
+            let role = f.role.as_deref().unwrap_or_else(|| panic!("{id}: no Role"));
+            assert!(roles.insert(role), "{id}: role {role} is shared");
+            let r = t
+                .role(role)
+                .unwrap_or_else(|| panic!("{id}: no role {role}"));
+            assert_eq!(r.external_policies, Vec::<String>::new(), "{role}");
+            for m in &r.managed_policies {
+                assert!(
+                    t.managed_policy(m).is_some(),
+                    "{role}: no managed policy {m}"
+                );
+            }
+            let group = f
+                .log_group
+                .clone()
+                .unwrap_or_else(|| panic!("{id}: no log group"));
+            let writes_it = r.statements.iter().any(|s| {
+                s.actions.iter().any(|a| a == "logs:PutLogEvents")
+                    && s.resources
+                        == [ResourceDef::Arn {
+                            logical_id: group.clone(),
+                            suffix: String::new(),
+                        }]
+            });
+            assert!(writes_it, "{role} must write {group}");
+        }
+        let plan = t
+            .functions
+            .iter()
+            .find(|f| f.binary.as_deref() == Some("plan"))
+            .and_then(|f| f.role.clone())
+            .expect("the plan function's role");
+        for k in &t.keys {
+            let signers: Vec<_> = k
+                .policy
+                .iter()
+                .filter(|s| s.effect == "Allow" && s.actions.iter().any(|a| a == "kms:Sign"))
+                .map(|s| s.principal.clone())
+                .collect();
+            assert_eq!(
+                signers,
+                vec![Some(PrincipalDef::Role(plan.clone()))],
+                "{}",
+                k.logical_id
+            );
+        }
+    }
+
+    #[test]
+    fn policy_resources_in_their_forms() {
+        let doc = "Statement:\n  - Effect: Allow\n    Action: dynamodb:Query\n    Resource:\n      - !GetAtt T.Arn\n      - !Sub \"${T.Arn}/index/*\"\n      - !If [C, !GetAtt A.Arn, {'Fn::GetAtt': [B, Arn]}]\n      - '*'\n    Condition: {StringEquals: {kms:RequestAlias: alias/x}}\n  - Effect: Deny\n    Principal: {AWS: !GetAtt R.Arn}\n    Action: [kms:Sign]\n";
+        let st = policy_document(doc).expect("parses");
+        let arn = |id: &str, suffix: &str| ResourceDef::Arn {
+            logical_id: id.into(),
+            suffix: suffix.into(),
+        };
+        assert_eq!(st[0].actions, ["dynamodb:Query"]);
+        assert_eq!(
+            st[0].resources,
+            vec![
+                arn("T", ""),
+                arn("T", "/index/*"),
+                ResourceDef::Either(vec![arn("A", ""), arn("B", "")]),
+                ResourceDef::Literal("*".into()),
+            ]
+        );
+        assert!(st[0].condition.is_some());
+        assert_eq!(st[1].principal, Some(PrincipalDef::Role("R".into())));
+        for unsupported in [
+            "Statement:\n  - {Effect: Allow, Action: x, Resource: !Sub 'arn:${AWS::Partition}:x:${Y}'}\n",
+            "Statement:\n  - {Effect: Allow, Action: x, Resource: !GetAtt Q.QueueName}\n",
+            "Statement:\n  - {Effect: Allow, NotAction: x, Resource: '*'}\n",
+        ] {
+            assert!(policy_document(unsupported).is_err(), "{unsupported}");
+        }
     }
 
     #[test]

@@ -1,0 +1,1406 @@
+//! The permission proof: IAM against the code, both ways.
+//!
+//! moto enforces no IAM, so every other AWS test passes whatever the roles say. This one
+//! runs the real Lambda function binaries (`target/debug/<name>`, as `tests/lambda.rs`
+//! does) on the AWS backend against moto, each with the environment `infra/template.yaml`
+//! gives it and with `AIRLOCK_AWS_CALL_LOG` set, so every SDK call appends the IAM
+//! permissions it needs (`airlock::adapters::aws::calls`). A tour drives each function
+//! through its code paths: every read endpoint with and without each filter, plans that
+//! pass and fail, executes that are accepted, replayed, rejected (audited, committed, by
+//! the position limit, by a suspended account, by the rate limit) or resumed, the workers
+//! on SQS events built from the queues' real messages (submit, fill, cancel, a sync that
+//! records a fill and replaces positions), and the sweeper (a send, and an order refused
+//! under the kill switch). The `airlock` CLI runs its operator tour too.
+//!
+//! Then it reads the roles from the template (inline policies, managed policies, key
+//! policies that name a role) and fails, listing every offending triple at once, when
+//! (a) a function needs a permission its role does not allow, or (b) a role allows an
+//! action on a resource that no run of its function needed (least privilege), except for
+//! the short list [`UNREACHED`]. The CLI is checked the same way against the operator
+//! policy `docs/cli-iam-policy.json`. Besides what the code calls, each function needs what
+//! the Lambda service does with its role: writing its log group, and polling its SQS
+//! trigger queue (`ReceiveMessage`, `DeleteMessage`, `GetQueueAttributes`).
+//!
+//! The Lambda binaries read only the system clock (they ignore `AIRLOCK_NOW`), and orders
+//! need an open market; so they run under libfaketime (`scripts/emulator.sh` installs it),
+//! at Monday 09:00 Chicago plus the time elapsed. A missing emulator, library or binary
+//! fails the test; it never skips.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock::adapters::aws::calls::CALL_LOG_ENV;
+use airlock::adapters::aws::template::{
+    self, EventDef, FunctionDef, PrincipalDef, ResourceDef, StatementDef, Template,
+};
+use airlock::adapters::aws::{clients, shapes, Aws, KmsSigner, Names};
+use airlock::app::Ports;
+use airlock::domain::{Order, OrderStatus, Position};
+use airlock_tests::idp::{Idp, Key};
+use airlock_tests::lambda::{
+    apigw_rest_event, function_binary, response_parts, FakeClock, FunctionProcess, LambdaEmulator,
+};
+use airlock_tests::moto::Moto;
+use airlock_tests::{temp_state_dir, BASE, MARKET_OPEN};
+use serde_json::{json, Value};
+
+/// Before every table, queue and alias name, as the template's `ResourcePrefix`.
+const PREFIX: &str = "perm-";
+/// `ExecuteRatePerMinute` of this deployment: low, so the rate limit is reached.
+const RATE_PER_MINUTE: &str = "4";
+const ISSUER: &str = "https://idp.test/";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Grants no run of the tour needs, each with the code path that does and why the tour
+/// cannot reach it: `(function, action, resource without the prefix, why)`. An entry
+/// without a real code path means the grant should go.
+const UNREACHED: &[(&str, &str, &str, &str)] = &[];
+
+// ---------------------------------------------------------------------------------------
+// The clock of the Lambda processes.
+
+// ---------------------------------------------------------------------------------------
+// The deployment: moto, bootstrapped from the template, and what the template resolves to.
+
+struct World {
+    rt: tokio::runtime::Runtime,
+    moto: Moto,
+    tpl: Template,
+    /// The CLI's state dir, the functions' `AIRLOCK_STATE_DIR`, and the call log.
+    dir: PathBuf,
+    log: PathBuf,
+    /// Logical id of each queue (dead-letter queues too) -> URL.
+    queue_urls: BTreeMap<String, String>,
+    key_arn: String,
+    /// The test's own handle on the emulator, for setting situations up (never logged).
+    aws: Aws,
+    ports: Ports,
+    clock: FakeClock,
+}
+
+fn prefixed(name: &str) -> String {
+    format!("{PREFIX}{name}")
+}
+
+/// A template name pattern (`${ResourcePrefix}airlock-orders`) in this deployment.
+fn named(pattern: &str) -> String {
+    pattern.replace("${ResourcePrefix}", PREFIX)
+}
+
+/// Runs `airlock --backend aws ARGS` on the emulator with the prefix; `log`: with the call
+/// log (the CLI tour), else unrecorded (setting a situation up).
+fn run_cli(
+    moto: &Moto,
+    dir: &Path,
+    log: Option<&Path>,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> String {
+    let mut cmd = Command::new(function_binary("airlock"));
+    cmd.arg("--state-dir")
+        .arg(dir)
+        .args(["--backend", "aws"])
+        .args(args)
+        .env_remove("AIRLOCK_NOW")
+        .env_remove(CALL_LOG_ENV)
+        .env("RUST_LOG", "warn")
+        .env("AIRLOCK_RESOURCE_PREFIX", PREFIX);
+    for (k, v) in moto.env() {
+        cmd.env(k, v);
+    }
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    if let Some(log) = log {
+        cmd.env(CALL_LOG_ENV, log);
+    }
+    let out = cmd.output().expect("run airlock");
+    assert!(
+        out.status.success(),
+        "airlock {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl World {
+    fn start() -> World {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let moto = Moto::start();
+        let tpl = template::embedded().expect("infra/template.yaml parses");
+        let dir = temp_state_dir();
+        let log = dir.join("aws-calls.jsonl");
+        // The stack: created once, as a deploy would (not logged: an operator's bootstrap
+        // against a deployed stack only finds what exists, which the CLI tour checks).
+        run_cli(&moto, &dir, None, &[], &["bootstrap"]);
+        let demo = [("AIRLOCK_NOW", MARKET_OPEN)];
+        run_cli(&moto, &dir, None, &demo, &["bootstrap", "--demo-data"]);
+        let (aws, queue_urls, key_arn) = rt.block_on(connect(&moto, &tpl));
+        let signer = Arc::new(KmsSigner::new(aws.kms.clone(), &key_arn));
+        let ports = Ports::aws(&aws, signer);
+        World {
+            rt,
+            moto,
+            tpl,
+            dir,
+            log,
+            queue_urls,
+            key_arn,
+            aws,
+            ports,
+            clock: FakeClock::new(),
+        }
+    }
+
+    /// `airlock --backend aws ARGS`; `logged`: with the call log (the CLI tour).
+    fn cli(&self, logged: bool, extra: &[(&str, &str)], args: &[&str]) -> String {
+        let log = logged.then_some(self.log.as_path());
+        run_cli(&self.moto, &self.dir, log, extra, args)
+    }
+}
+
+/// The test's own clients on the emulator (never logged), the queue URLs by template
+/// logical id (dead-letter queues too), and the signing key's ARN.
+async fn connect(moto: &Moto, tpl: &Template) -> (Aws, BTreeMap<String, String>, String) {
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(&moto.endpoint)
+        .region(aws_config::Region::new(Moto::REGION))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "permissions",
+        ))
+        .load()
+        .await;
+    let (ddb, sqs, kms) = clients(&conf);
+    let mut urls = BTreeMap::new();
+    for q in &tpl.queues {
+        let name = named(q.name_pattern.as_deref().expect("QueueName"));
+        let url = sqs
+            .get_queue_url()
+            .queue_name(&name)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("queue {name}: {e:?}"))
+            .queue_url
+            .expect("queue url");
+        urls.insert(q.logical_id.clone(), url);
+    }
+    let alias = format!("alias/{}", prefixed(shapes::SIGNING_ALIAS_NAME));
+    let key_arn = kms
+        .describe_key()
+        .key_id(&alias)
+        .send()
+        .await
+        .expect("the signing key")
+        .key_metadata
+        .expect("key metadata")
+        .arn
+        .expect("key ARN");
+    let t = |s: &shapes::Table| prefixed(s.default_name);
+    let names = Names {
+        accounts: t(&shapes::ACCOUNTS),
+        positions: t(&shapes::POSITIONS),
+        exposures: t(&shapes::EXPOSURES),
+        orders: t(&shapes::ORDERS),
+        jobs: t(&shapes::JOBS),
+        plans: t(&shapes::PLANS),
+        idempotency: t(&shapes::IDEMPOTENCY),
+        actions: t(&shapes::ACTIONS),
+        audit: t(&shapes::AUDIT),
+        control: t(&shapes::CONTROL),
+        rate_limits: t(&shapes::RATE_LIMITS),
+        paper_broker: t(&shapes::PAPER_BROKER),
+        orders_queue_url: urls[shapes::ORDERS_QUEUE.logical_id].clone(),
+        jobs_queue_url: urls[shapes::JOBS_QUEUE.logical_id].clone(),
+        signing_key_id: key_arn.clone(),
+    };
+    let aws = Aws {
+        ddb,
+        sqs,
+        kms,
+        names: Arc::new(names),
+    };
+    (aws, urls, key_arn)
+}
+
+impl World {
+    /// The resolved value of a template environment entry or parameter reference.
+    fn resolve(&self, v: &serde_yaml::Value, params: &BTreeMap<String, String>) -> String {
+        // Tags first: `as_str` sees through them.
+        let Some((name, arg)) = template::intrinsic(v) else {
+            return match v {
+                serde_yaml::Value::String(s) => s.clone(),
+                serde_yaml::Value::Bool(b) => b.to_string(),
+                serde_yaml::Value::Number(n) => n.to_string(),
+                other => panic!("value {other:?}"),
+            };
+        };
+        match name.as_str() {
+            "Ref" => {
+                let id = arg.as_str().expect("!Ref name");
+                if let Some(p) = params.get(id) {
+                    p.clone()
+                } else if let Some(t) = self.tpl.table(id) {
+                    named(t.name_pattern.as_deref().expect("TableName"))
+                } else if let Some(u) = self.queue_urls.get(id) {
+                    u.clone()
+                } else {
+                    panic!("!Ref {id}: not a parameter, table or queue of this deployment")
+                }
+            }
+            "GetAtt" => {
+                let id = template::referenced_id(v).expect("!GetAtt");
+                assert!(
+                    self.tpl.keys.iter().any(|k| k.logical_id == id),
+                    "!GetAtt {id}: only the signing key's ARN is resolved"
+                );
+                self.key_arn.clone()
+            }
+            // Both slots are the one key here; the test resolves both and needs them equal.
+            "If" => {
+                let both: Vec<String> = arg
+                    .as_sequence()
+                    .expect("!If list")
+                    .iter()
+                    .skip(1)
+                    .map(|x| self.resolve(x, params))
+                    .collect();
+                assert!(both.windows(2).all(|w| w[0] == w[1]), "!If {both:?}");
+                both[0].clone()
+            }
+            "Sub" => {
+                let pattern = template::string_or_sub(v).expect("!Sub pattern");
+                assert!(
+                    pattern.starts_with("{{resolve:secretsmanager:"),
+                    "!Sub {pattern}: only the cursor key secret is resolved"
+                );
+                // 64 alphanumerics, like the generated secret: base64 of 48 bytes.
+                "Pq7nW2xK9vLr4tZb8hJm3sYc6fDg1aQe5uNo0iTpVw7kXy2zRb4Cd6Ef8Gh1Jk3L".into()
+            }
+            other => panic!("!{other} in a function's environment is not resolved"),
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("call log and state kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The functions: one Runtime API emulator and process each, started on first use.
+
+struct Running {
+    // Declared first: the process stops before its emulator.
+    process: FunctionProcess,
+    _emulator: LambdaEmulator,
+}
+
+/// An operator, with tokens minted by the stand-in identity provider on each request.
+#[derive(Clone)]
+struct Op {
+    sub: &'static str,
+    roles: &'static [&'static str],
+    /// `None`: no desks claim (a role with every desk).
+    desks: Option<&'static [&'static str]>,
+}
+
+const fn trader(sub: &'static str) -> Op {
+    Op {
+        sub,
+        roles: &["trader"],
+        desks: Some(&["energy"]),
+    }
+}
+
+struct Lambdas<'w> {
+    w: &'w World,
+    params: BTreeMap<String, String>,
+    service_key: Key,
+    operator_key: Key,
+    _idp: Idp,
+    running: BTreeMap<String, Running>,
+}
+
+impl<'w> Lambdas<'w> {
+    fn new(w: &'w World) -> Lambdas<'w> {
+        let service_key = Key::rs256("svc-1");
+        let operator_key = Key::es256("ops-1");
+        let idp = Idp::start(&[&service_key, &operator_key]);
+        let mut params: BTreeMap<String, String> = w
+            .tpl
+            .parameters
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+            .collect();
+        for (k, v) in [
+            ("ResourcePrefix", PREFIX),
+            ("ServiceIssuer", ISSUER),
+            ("OperatorIssuer", ISSUER),
+            ("ServiceJwksUrl", idp.url.as_str()),
+            ("OperatorJwksUrl", idp.url.as_str()),
+            ("ExecuteRatePerMinute", RATE_PER_MINUTE),
+            ("VpcEndpointId", "vpce-0123456789abcdef0"),
+        ] {
+            params.insert(k.into(), v.into());
+        }
+        Lambdas {
+            w,
+            params,
+            service_key,
+            operator_key,
+            _idp: idp,
+            running: BTreeMap::new(),
+        }
+    }
+
+    fn function(&self, binary: &str) -> &'w FunctionDef {
+        self.w
+            .tpl
+            .functions
+            .iter()
+            .find(|f| f.binary.as_deref() == Some(binary))
+            .unwrap_or_else(|| panic!("the template has no function {binary}"))
+    }
+
+    /// (Re)starts `binary` with its template environment, `ahead_s` seconds ahead of the
+    /// tour's clock, and the call log.
+    fn start(&mut self, binary: &str, ahead_s: i64) {
+        self.running.remove(binary);
+        let f = self.function(binary);
+        let mut env: Vec<(String, String)> = f
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), self.w.resolve(v, &self.params)))
+            .collect();
+        for (k, v) in env.iter_mut() {
+            // Lambda's /tmp; here one test dir (the AWS backend keeps nothing there).
+            if k == "AIRLOCK_STATE_DIR" {
+                *v = self.w.dir.join("lambda-tmp").display().to_string();
+            }
+        }
+        env.extend(self.w.moto.env());
+        env.extend(self.w.clock.env(ahead_s));
+        env.push((CALL_LOG_ENV.into(), self.w.log.display().to_string()));
+        let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let emulator = LambdaEmulator::start();
+        let mut process = emulator.spawn_function(&function_binary(binary), &refs);
+        process
+            .wait_ready(TIMEOUT)
+            .unwrap_or_else(|e| panic!("{binary} did not start: {e}"));
+        self.running.insert(
+            binary.to_string(),
+            Running {
+                process,
+                _emulator: emulator,
+            },
+        );
+    }
+
+    fn invoke(&mut self, binary: &str, event: Value) -> Value {
+        if !self.running.contains_key(binary) {
+            self.start(binary, 0);
+        }
+        let r = self.running.get_mut(binary).expect("running");
+        r.process
+            .invoke(event, TIMEOUT)
+            .unwrap_or_else(|e| panic!("invoke {binary}: {e}"))
+    }
+
+    fn headers(&self, op: &Op) -> Vec<(&'static str, String)> {
+        let now = self.w.clock.now_s();
+        let service = self.service_key.sign(&json!({
+            "iss": ISSUER, "aud": "airlock-api", "sub": "mastra",
+            "scope": "trade.read trade.plan trade.execute", "gty": "client-credentials",
+            "iat": now, "exp": now + 600,
+        }));
+        let mut claims = json!({
+            "iss": ISSUER, "aud": "airlock-operators", "sub": op.sub, "roles": op.roles,
+            "iat": now, "exp": now + 600,
+        });
+        if let Some(d) = op.desks {
+            claims["desks"] = json!(d);
+        }
+        vec![
+            ("Authorization", format!("Bearer {service}")),
+            ("X-Operator-Token", self.operator_key.sign(&claims)),
+        ]
+    }
+
+    /// An API Gateway request to an HTTP function: status and JSON body.
+    fn http(
+        &mut self,
+        binary: &str,
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        op: &Op,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let mut h = self.headers(op);
+        if body.is_some() {
+            h.push(("Content-Type", "application/json".into()));
+        }
+        let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let text = body.map(Value::to_string);
+        let ev = apigw_rest_event(
+            method,
+            &format!("{BASE}{path}"),
+            query,
+            &hs,
+            text.as_deref(),
+        );
+        let resp = self.invoke(binary, ev);
+        let (status, body) = response_parts(&resp);
+        (status, body)
+    }
+
+    fn get(&mut self, binary: &str, path: &str, query: &[(&str, &str)], op: &Op) -> Value {
+        let (status, body) = self.http(binary, "GET", path, query, op, None);
+        assert_eq!(status, 200, "GET {path} {query:?}: {body}");
+        body
+    }
+
+    fn plan(&mut self, op: &Op, action_type: &str, payload: Value) -> Value {
+        let req = json!({
+            "action_type": action_type, "payload": payload, "requested_by": op.sub,
+            "chat_context": { "chat_session_id": "perm", "tool_call_id": "tour" }
+        });
+        let (status, body) = self.http("plan", "POST", "/actions/plan", &[], op, Some(&req));
+        assert_eq!(status, 200, "plan {req}: {body}");
+        body
+    }
+
+    fn order_plan(&mut self, op: &Op, order: Value) -> Value {
+        let p = self.plan(op, "order.submit.cl", order);
+        assert_eq!(p["executable"], true, "{p}");
+        p
+    }
+
+    fn execute_as(&mut self, op: &Op, plan: &Value, key: &str, requested_by: &str) -> (u16, Value) {
+        let req = json!({
+            "plan_id": plan["plan_id"], "confirmation_token": plan["confirmation_token"],
+            "idempotency_key": key, "requested_by": requested_by,
+        });
+        self.http("execute", "POST", "/actions/execute", &[], op, Some(&req))
+    }
+
+    fn execute(&mut self, op: &Op, plan: &Value, key: &str) -> (u16, Value) {
+        self.execute_as(op, plan, key, op.sub)
+    }
+
+    /// Executes and expects the action queued (202); returns the answer.
+    fn accepted(&mut self, op: &Op, plan: &Value, key: &str) -> Value {
+        let (status, body) = self.execute(op, plan, key);
+        assert_eq!(status, 202, "execute {key}: {body}");
+        body
+    }
+
+    /// What the Lambda service does with a queue: receive what is visible, hand it to the
+    /// worker as one SQS event, delete what the worker did not report failed. Until empty.
+    fn drain(&mut self, queue: &str, worker: &str) -> usize {
+        let url = self.w.queue_urls[queue].clone();
+        let name = url.rsplit('/').next().unwrap_or_default().to_string();
+        let mut handled = 0;
+        loop {
+            let sqs = self.w.aws.sqs.clone();
+            let u = url.clone();
+            let messages = self.w.rt.block_on(async move {
+                sqs.receive_message()
+                    .queue_url(&u)
+                    .max_number_of_messages(10)
+                    .wait_time_seconds(0)
+                    .message_system_attribute_names(
+                        aws_sdk_sqs::types::MessageSystemAttributeName::All,
+                    )
+                    .send()
+                    .await
+                    .expect("ReceiveMessage")
+                    .messages
+                    .unwrap_or_default()
+            });
+            if messages.is_empty() {
+                return handled;
+            }
+            let records: Vec<Value> = messages
+                .iter()
+                .map(|m| {
+                    let attrs: BTreeMap<String, String> = m
+                        .attributes()
+                        .map(|a| {
+                            a.iter()
+                                .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    json!({
+                        "messageId": m.message_id(), "receiptHandle": m.receipt_handle(),
+                        "body": m.body(), "attributes": attrs, "messageAttributes": {},
+                        "md5OfBody": m.md5_of_body(), "eventSource": "aws:sqs",
+                        "eventSourceARN": format!("arn:aws:sqs:{}:{}:{name}", Moto::REGION, Moto::ACCOUNT_ID),
+                        "awsRegion": Moto::REGION,
+                    })
+                })
+                .collect();
+            let out = self.invoke(worker, json!({ "Records": records }));
+            assert_eq!(
+                out,
+                json!({ "batchItemFailures": [] }),
+                "{worker} failed records: {records:?}"
+            );
+            handled += messages.len();
+            let (sqs, u) = (self.w.aws.sqs.clone(), url.clone());
+            self.w.rt.block_on(async move {
+                for m in messages {
+                    sqs.delete_message()
+                        .queue_url(&u)
+                        .receipt_handle(m.receipt_handle().unwrap_or_default())
+                        .send()
+                        .await
+                        .expect("DeleteMessage");
+                }
+            });
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The tours.
+
+fn order(account: &str, symbol: &str, qty: u32, limit: Option<&str>) -> Value {
+    let mut o = json!({
+        "account_id": account, "symbol": symbol, "side": "buy", "quantity": qty,
+        "order_type": if limit.is_some() { "limit" } else { "market" },
+    });
+    if let Some(l) = limit {
+        o["limit_price"] = json!(l);
+    }
+    o
+}
+
+fn order_id(executed: &Value) -> String {
+    executed["resource_refs"]["order_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no order id: {executed}"))
+        .to_string()
+}
+
+impl World {
+    fn block<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    fn order_status(&self, id: &str) -> OrderStatus {
+        self.block(self.ports.orders.get_order(id))
+            .expect("get order")
+            .unwrap_or_else(|| panic!("no order {id}"))
+            .status
+    }
+
+    /// The unsent action executed with `key`.
+    fn unsent(&self, key: &str) -> airlock::records::ActionRecord {
+        self.block(self.ports.actions.list_unsent(i64::MAX, 1000))
+            .expect("list unsent")
+            .into_iter()
+            .find(|a| a.idempotency_key == key)
+            .unwrap_or_else(|| panic!("no unsent action for key {key}"))
+    }
+
+    /// Deletes the two work queues (`false`), or recreates them (`true`): while they are
+    /// gone, an execute commits its action and then fails to send it.
+    fn set_queues(&self, present: bool) {
+        let sqs = self.aws.sqs.clone();
+        let urls: Vec<String> = shapes::QUEUES
+            .iter()
+            .map(|q| self.queue_urls[q.logical_id].clone())
+            .collect();
+        if present {
+            // Recreated from the template, under the URLs the functions were given.
+            self.cli(false, &[], &["bootstrap"]);
+            for u in &urls {
+                let name = u.rsplit('/').next().unwrap_or_default().to_string();
+                let found = self
+                    .block(sqs.get_queue_url().queue_name(&name).send())
+                    .expect("recreated queue")
+                    .queue_url
+                    .unwrap_or_default();
+                assert_eq!(&found, u, "the recreated queue has another URL");
+            }
+        } else {
+            for u in urls {
+                self.block(sqs.delete_queue().queue_url(u).send())
+                    .expect("DeleteQueue");
+            }
+        }
+    }
+}
+
+/// An action of the tour, for the CLI's audit trails.
+struct Audited {
+    action_id: String,
+    plan_id: String,
+}
+
+fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
+    let now_ms = chrono::DateTime::parse_from_rfc3339(MARKET_OPEN)
+        .expect("MARKET_OPEN")
+        .timestamp_millis();
+    let [c1, c2, c3] = airlock::seed::demo_contracts(now_ms).map(|c| c.symbol());
+    let me = trader("op-energy-trader");
+    let head = Op {
+        sub: "op-head-trader",
+        roles: &["head_trader"],
+        desks: None,
+    };
+
+    // Reads, with and without each filter; a head trader's listings span every desk
+    // (scanning the accounts for them).
+    let accounts = l.get("accounts", "/accounts", &[("limit", "1")], &me);
+    let cursor = accounts["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_string();
+    l.get(
+        "accounts",
+        "/accounts",
+        &[("limit", "1"), ("cursor", &cursor)],
+        &me,
+    );
+    l.get("positions", "/positions", &[], &me);
+    l.get("positions", "/positions", &[("account_id", "ACC-1")], &me);
+    l.get("orders", "/orders", &[], &me);
+    l.get("orders", "/orders", &[], &head);
+    l.get("orders", "/orders", &[("account_id", "ACC-1")], &me);
+    l.get("orders", "/orders", &[("status", "working")], &me);
+    l.get("jobs", "/jobs", &[], &me);
+    l.get("jobs", "/jobs", &[], &head);
+    l.get(
+        "jobs",
+        "/jobs",
+        &[("kind", "positions.sync"), ("status", "succeeded")],
+        &me,
+    );
+
+    // A market buy: planned, signed, accepted, replayed. The plan proves the shifted clock.
+    let p1 = l.order_plan(&me, order("ACC-1", &c1, 1, None));
+    let expires = chrono::DateTime::parse_from_rfc3339(p1["expires_at"].as_str().unwrap_or(""))
+        .expect("expires_at")
+        .timestamp();
+    assert!(
+        (expires - (w.clock.now_s() + 300)).abs() < 120,
+        "the plan function does not run on the shifted clock (libfaketime did not load?): {p1}"
+    );
+    let x1 = l.accepted(&me, &p1, "perm-x1");
+    let (status, replay) = l.execute(&me, &p1, "perm-x1");
+    assert_eq!(
+        (status, replay["status"].as_str()),
+        (200, Some("duplicate")),
+        "{replay}"
+    );
+    // A resting limit buy (the paper broker's price table is read for the band).
+    let p2 = l.order_plan(&me, order("ACC-1", &c1, 1, Some("66.00")));
+    let x2 = l.accepted(&me, &p2, "perm-x2");
+    // A plan that fails its checks (too large): recorded, not signed.
+    let big = l.plan(&me, "order.submit.cl", order("ACC-1", &c1, 20, None));
+    assert_eq!(big["executable"], false, "{big}");
+    // The executed plan again under a new key: the rejection is committed with the key,
+    // then replayed.
+    for _ in 0..2 {
+        let (status, body) = l.execute(&me, &p1, "perm-x3");
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("plan_already_executed")),
+            "{body}"
+        );
+    }
+    // Acting for another operator: rejected before anything is read, and audited.
+    let (status, body) = l.execute_as(&me, &p2, "perm-x4", "op-someone-else");
+    assert_eq!(status, 403, "{body}");
+
+    // The order worker: a fill at the broker and a resting order.
+    assert_eq!(l.drain(shapes::ORDERS_QUEUE.logical_id, "worker-orders"), 2);
+    assert_eq!(w.order_status(&order_id(&x1)), OrderStatus::Filled);
+    assert_eq!(w.order_status(&order_id(&x2)), OrderStatus::Working);
+    // Its cancel, through plan, execute and the worker.
+    let p5 = l.plan(
+        &me,
+        "order.cancel",
+        json!({"account_id": "ACC-1", "order_id": order_id(&x2)}),
+    );
+    assert_eq!(p5["executable"], true, "{p5}");
+    l.accepted(&me, &p5, "perm-x5");
+    assert_eq!(l.drain(shapes::ORDERS_QUEUE.logical_id, "worker-orders"), 1);
+    assert_eq!(w.order_status(&order_id(&x2)), OrderStatus::Cancelled);
+    // The action's status, and an unknown one.
+    let action = x1["action_id"].as_str().expect("action id");
+    l.get("action-status", &format!("/actions/{action}"), &[], &me);
+    let (status, _) = l.http("action-status", "GET", "/actions/act-none", &[], &me, None);
+    assert_eq!(status, 404);
+
+    // The position limit moved between plan and execute: the commit's condition fails and
+    // execute reads the exposure to say why (the CLI sets a tight policy for this).
+    let policy = w.dir.join("tight-policy.json");
+    std::fs::write(&policy, r#"{"version": "perm-tight", "max_position": 12}"#).expect("policy");
+    w.cli(
+        true,
+        &[],
+        &["policy", "set", policy.to_str().expect("utf-8")],
+    );
+    w.cli(true, &[], &["policy", "show"]);
+    let limited = trader("op-position");
+    let p6a = l.order_plan(&limited, order("ACC-1", &c3, 8, None));
+    let p6b = l.order_plan(&limited, order("ACC-1", &c3, 8, None));
+    l.accepted(&limited, &p6a, "perm-x6a");
+    let (status, body) = l.execute(&limited, &p6b, "perm-x6b");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("policy_violation")),
+        "{body}"
+    );
+    w.cli(true, &[], &["policy", "reset"]);
+
+    // The account was suspended after the plan: execute reads it to say so.
+    let suspended = trader("op-suspend");
+    let p7 = l.order_plan(&suspended, order("ACC-2", &c1, 1, None));
+    w.cli(false, &[], &["account-status", "ACC-2", "suspended"]);
+    let (status, body) = l.execute(&suspended, &p7, "perm-x7");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("policy_violation")),
+        "{body}"
+    );
+    w.cli(false, &[], &["account-status", "ACC-2", "active"]);
+
+    // A positions.sync that records a fill the broker made and replaces positions: a
+    // resting order, then a price that crosses it; an extra position of ours the broker
+    // does not have; and the job already created by an earlier delivery that died.
+    let desk2 = trader("op-desk2");
+    let p9 = l.order_plan(&desk2, order("ACC-2", &c1, 1, Some("68.00")));
+    let x9 = l.accepted(&desk2, &p9, "perm-x9");
+    assert_eq!(l.drain(shapes::ORDERS_QUEUE.logical_id, "worker-orders"), 2);
+    assert_eq!(w.order_status(&order_id(&x9)), OrderStatus::Working);
+    let price = airlock::domain::Price::parse("67.50").expect("price");
+    w.block(
+        w.ports
+            .paper
+            .set_prices(&BTreeMap::from([(c1.clone(), price)])),
+    )
+    .expect("set price");
+    w.block(w.ports.read_models.put_positions(&[Position {
+        account_id: "ACC-2".into(),
+        symbol: c2.clone(),
+        quantity: 1,
+        avg_price: None,
+        updated_at: now_ms,
+    }]))
+    .expect("extra position");
+    let p10 = l.plan(&desk2, "positions.sync", json!({"account_id": "ACC-2"}));
+    let x10 = l.accepted(&desk2, &p10, "perm-x10");
+    let job_id = x10["resource_refs"]["job_id"].as_str().expect("job id");
+    w.block(w.ports.read_models.put_jobs(&[airlock::domain::Job {
+        job_id: job_id.into(),
+        kind: airlock::domain::JobKind::PositionsSync,
+        status: airlock::domain::JobStatus::Running,
+        account_id: Some("ACC-2".into()),
+        action_id: x10["action_id"].as_str().map(String::from),
+        created_at: now_ms,
+        updated_at: now_ms,
+        error: None,
+        result: None,
+    }]))
+    .expect("running job");
+    assert_eq!(l.drain(shapes::JOBS_QUEUE.logical_id, "worker-jobs"), 1);
+    assert_eq!(w.order_status(&order_id(&x9)), OrderStatus::Filled);
+    let held = w
+        .block(w.ports.positions.get_position("ACC-2", &c2))
+        .expect("position");
+    assert!(
+        held.is_none(),
+        "the sync removed the position the broker does not have"
+    );
+
+    // The rate limit: one operator's executes until it answers 429.
+    let burst = trader("op-burst");
+    let mut limited_at = None;
+    for i in 0..8 {
+        let p = l.plan(&burst, "positions.sync", json!({"account_id": "ACC-1"}));
+        let (status, body) = l.execute(&burst, &p, &format!("perm-burst-{i}"));
+        if status == 429 {
+            assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+            limited_at = Some(i);
+            break;
+        }
+        assert_eq!(status, 202, "{body}");
+    }
+    assert!(limited_at.is_some(), "the rate limit was never reached");
+    l.drain(shapes::JOBS_QUEUE.logical_id, "worker-jobs");
+
+    // Accepted but never sent (the queues are gone for a moment): one resumed by a retry
+    // with the same key once its lease ran out, the others left to the sweeper.
+    let queued = trader("op-queue");
+    let cancels = trader("op-queue-2");
+    let pe1 = l.plan(&queued, "positions.sync", json!({"account_id": "ACC-1"}));
+    let pe2 = l.order_plan(&queued, order("ACC-1", &c1, 1, None));
+    let pe3 = l.plan(&queued, "positions.sync", json!({"account_id": "ACC-1"}));
+    let pe4 = l.plan(
+        &cancels,
+        "order.cancel",
+        json!({"account_id": "ACC-1", "order_id": "ORD-1003"}),
+    );
+    w.set_queues(false);
+    for (op, p, key) in [
+        (&queued, &pe1, "perm-e1"),
+        (&queued, &pe2, "perm-e2"),
+        (&queued, &pe3, "perm-e3"),
+        (&cancels, &pe4, "perm-e4"),
+    ] {
+        let (status, body) = l.execute(op, p, key);
+        assert_eq!(status, 503, "{key}: {body}");
+    }
+    w.set_queues(true);
+    l.start("execute", 15);
+    let resumed = l.accepted(&queued, &pe1, "perm-e1");
+    assert_eq!(resumed["status"], "queued", "{resumed}");
+    // As if e2's message had been sent after all (by an execute that died before marking
+    // it sent) and its worker had created the order and died: the sweeper's conditional
+    // create of the order then reads the existing one back.
+    let e2 = w.unsent("perm-e2");
+    let n = e2.message.normalized_payload.order().expect("an order");
+    w.block(w.ports.read_models.put_orders(&[Order {
+        order_id: e2.resource_refs.order_id.clone().expect("order id"),
+        terms: n.terms.clone(),
+        status: OrderStatus::Queued,
+        filled_quantity: 0,
+        avg_fill_price: None,
+        action_id: Some(e2.action_id.clone()),
+        created_at: e2.created_at,
+        updated_at: e2.created_at,
+    }]))
+    .expect("the order of e2");
+    w.cli(
+        true,
+        &[],
+        &["kill-switch", "engage", "--reason", "permission proof"],
+    );
+    l.start("sweeper", 75);
+    let swept = l.invoke(
+        "sweeper",
+        json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
+    );
+    assert_eq!(swept, json!({"sent": 2}), "e3 and e4 sent, e2 refused");
+    let e2 = w
+        .block(w.ports.actions.get_action(&e2.action_id))
+        .expect("action")
+        .expect("e2");
+    assert_eq!(e2.status, airlock::domain::ActionStatus::Failed, "{e2:?}");
+    w.cli(true, &[], &["kill-switch", "release"]);
+    Audited {
+        action_id: action.to_string(),
+        plan_id: p1["plan_id"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+/// What an operator does with `airlock --backend aws` (docs/cli-iam-policy.json): find the
+/// stack, the kill switch (engaged and released in the tour above), rollout modes, the
+/// policy (set, shown and reset above), queue depths, audit trails of a plan and an action.
+fn tour_cli(w: &World, action: &Audited) {
+    w.cli(true, &[], &["bootstrap"]);
+    w.cli(true, &[], &["kill-switch", "status"]);
+    w.cli(true, &[], &["rollout"]);
+    w.cli(true, &[], &["rollout", "positions.sync", "execute"]);
+    w.cli(true, &[], &["queues"]);
+    w.cli(true, &[], &["audit", &action.plan_id]);
+    w.cli(true, &[], &["audit", &action.action_id]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Roles and policies, resolved to this deployment's names.
+
+/// One permission an IAM principal is given: action and resource patterns (`*`, `?`).
+#[derive(Debug, Clone)]
+struct Grant {
+    action: String,
+    resource: String,
+    /// Where it is written, for messages.
+    from: String,
+    /// Granted by a key policy itself (else by an IAM policy).
+    in_key_policy: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Denial {
+    action: String,
+    resource: String,
+    /// The statement does not apply to this role (`StringNotEquals aws:PrincipalArn`).
+    unless_role: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Principal {
+    /// The role's logical id, or the policy file.
+    name: String,
+    grants: Vec<Grant>,
+    denials: Vec<Denial>,
+    /// KMS actions the key policy lets the account's IAM policies grant: an IAM grant of
+    /// another KMS action on the key is void.
+    delegated: Vec<String>,
+}
+
+/// IAM's wildcard match (`*` any run, `?` one character), case-sensitive.
+fn glob(pattern: &str, s: &str) -> bool {
+    fn go(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], s) || (!s.is_empty() && go(p, &s[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &s[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), s.as_bytes())
+}
+
+/// Actions are case-insensitive in IAM.
+fn action_matches(pattern: &str, action: &str) -> bool {
+    glob(&pattern.to_ascii_lowercase(), &action.to_ascii_lowercase())
+}
+
+struct Resolver<'a> {
+    w: &'a World,
+    log_groups: BTreeSet<String>,
+}
+
+impl Resolver<'_> {
+    /// The names a template resource stands for here (patterns for wildcards).
+    fn resource(&self, r: &ResourceDef, key: Option<&str>) -> Result<Vec<String>, String> {
+        let tpl = &self.w.tpl;
+        Ok(match r {
+            ResourceDef::Arn { logical_id, suffix } => {
+                let base = if let Some(t) = tpl.table(logical_id) {
+                    named(t.name_pattern.as_deref().unwrap_or_default())
+                } else if let Some(q) = tpl.queue(logical_id) {
+                    named(q.name_pattern.as_deref().unwrap_or_default())
+                } else if tpl.keys.iter().any(|k| &k.logical_id == logical_id) {
+                    self.w.key_arn.clone()
+                } else if self.log_groups.contains(logical_id) {
+                    format!("log-group:{logical_id}")
+                } else {
+                    return Err(format!("!GetAtt {logical_id}.Arn: unknown resource"));
+                };
+                vec![format!("{base}{suffix}")]
+            }
+            ResourceDef::Either(v) => {
+                let mut out = Vec::new();
+                for x in v {
+                    out.extend(self.resource(x, key)?);
+                }
+                out.sort();
+                out.dedup();
+                out
+            }
+            // In a key policy, `*` is the key itself.
+            ResourceDef::Literal(s) if s == "*" => vec![key.unwrap_or("*").to_string()],
+            ResourceDef::Literal(arn) => vec![self.arn(arn)?],
+        })
+    }
+
+    /// A literal ARN of the operator policy, where `airlock-...` names get the prefix.
+    fn arn(&self, arn: &str) -> Result<String, String> {
+        let parts: Vec<&str> = arn.splitn(6, ':').collect();
+        let [_, _, service, _, _, rest] = parts.as_slice() else {
+            return Err(format!("{arn}: not an ARN"));
+        };
+        Ok(match *service {
+            "dynamodb" => prefixed(
+                rest.strip_prefix("table/")
+                    .ok_or(format!("{arn}: not a table"))?,
+            ),
+            "sqs" => prefixed(rest),
+            "kms" => match rest.strip_prefix("alias/") {
+                Some(a) => format!("alias/{}", prefixed(a)),
+                None if *rest == "key/*" => self.w.key_arn.clone(),
+                None => return Err(format!("{arn}: only key/* or an alias")),
+            },
+            _ => return Err(format!("{arn}: service {service} is not used")),
+        })
+    }
+
+    /// A statement's grants (or denials), with the conditions this proof understands:
+    /// `StringEquals kms:RequestAlias` on an Allow (the grant holds when the code names the
+    /// key by that alias), `StringNotEquals aws:PrincipalArn` on a Deny (every principal but
+    /// that role). Any other condition is reported, not guessed at.
+    fn statement(
+        &self,
+        st: &StatementDef,
+        key: Option<&str>,
+        from: &str,
+        p: &mut Principal,
+        problems: &mut Vec<String>,
+    ) {
+        let from = match &st.sid {
+            Some(sid) => format!("{from} ({sid})"),
+            None => from.to_string(),
+        };
+        let mut resources = Vec::new();
+        for r in &st.resources {
+            match self.resource(r, key) {
+                Ok(v) => resources.extend(v),
+                Err(e) => problems.push(format!("{from}: {e}")),
+            }
+        }
+        let cond = st.condition.as_ref().and_then(|c| c.as_mapping());
+        let only = |op: &str, var: &str| -> Option<&serde_yaml::Value> {
+            let c = cond?;
+            if c.len() != 1 {
+                return None;
+            }
+            let inner = c.get(op)?.as_mapping()?;
+            (inner.len() == 1).then(|| inner.get(var)).flatten()
+        };
+        let allow = st.effect == "Allow";
+        let mut unless_role = None;
+        if st.condition.is_some() {
+            if let (true, Some(alias)) = (allow, only("StringEquals", "kms:RequestAlias")) {
+                let aliases: Vec<String> = match alias {
+                    serde_yaml::Value::Sequence(s) => s
+                        .iter()
+                        .filter_map(|a| a.as_str().map(String::from))
+                        .collect(),
+                    a => a.as_str().map(String::from).into_iter().collect(),
+                };
+                resources = aliases
+                    .iter()
+                    .map(|a| match a.strip_prefix("alias/") {
+                        Some(n) => format!("alias/{}", prefixed(n)),
+                        None => a.clone(),
+                    })
+                    .collect();
+            } else if let (false, Some(role)) = (allow, only("StringNotEquals", "aws:PrincipalArn"))
+            {
+                unless_role = template::referenced_id(role);
+                if unless_role.is_none() {
+                    problems.push(format!("{from}: aws:PrincipalArn must be !GetAtt Role.Arn"));
+                }
+            } else {
+                problems.push(format!(
+                    "{from}: condition {:?} is not understood by this proof",
+                    st.condition
+                ));
+                return;
+            }
+        }
+        for a in &st.actions {
+            for r in &resources {
+                if allow {
+                    p.grants.push(Grant {
+                        action: a.clone(),
+                        resource: r.clone(),
+                        from: from.clone(),
+                        in_key_policy: key.is_some(),
+                    });
+                } else {
+                    p.denials.push(Denial {
+                        action: a.clone(),
+                        resource: r.clone(),
+                        unless_role: unless_role.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The KMS actions the key policies delegate to the account's IAM policies.
+    fn delegated(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for k in &self.w.tpl.keys {
+            for st in &k.policy {
+                if st.effect == "Allow" && st.principal == Some(PrincipalDef::Account) {
+                    out.extend(st.actions.iter().cloned());
+                }
+            }
+        }
+        out
+    }
+
+    /// A function role: its inline and managed policies, and what key policies say of it.
+    fn role(&self, role_id: &str, problems: &mut Vec<String>) -> Principal {
+        let tpl = &self.w.tpl;
+        let mut p = Principal {
+            name: role_id.to_string(),
+            delegated: self.delegated(),
+            ..Principal::default()
+        };
+        let Some(role) = tpl.role(role_id) else {
+            problems.push(format!("no role {role_id} in the template"));
+            return p;
+        };
+        for st in &role.statements {
+            self.statement(st, None, role_id, &mut p, problems);
+        }
+        for m in &role.managed_policies {
+            match tpl.managed_policy(m) {
+                Some(mp) => {
+                    for st in &mp.statements {
+                        self.statement(st, None, m, &mut p, problems);
+                    }
+                }
+                None => problems.push(format!(
+                    "{role_id}: managed policy {m} is not in the template"
+                )),
+            }
+        }
+        for e in &role.external_policies {
+            problems.push(format!(
+                "{role_id}: external managed policy {e} cannot be checked"
+            ));
+        }
+        for k in &tpl.keys {
+            for st in &k.policy {
+                let about_us = match &st.principal {
+                    Some(PrincipalDef::Role(r)) => r == role_id,
+                    // A Deny for everyone applies to this role too; an Allow for the account
+                    // only delegates to IAM policies (read above).
+                    Some(PrincipalDef::Anyone) => st.effect != "Allow",
+                    _ => false,
+                };
+                if about_us {
+                    let from = format!("{} key policy", k.logical_id);
+                    self.statement(st, Some(&self.w.key_arn), &from, &mut p, problems);
+                }
+            }
+        }
+        p
+    }
+}
+
+impl Principal {
+    fn allows(&self, action: &str, resource: &str) -> bool {
+        let denied = self.denials.iter().any(|d| {
+            action_matches(&d.action, action)
+                && glob(&d.resource, resource)
+                && d.unless_role.as_deref() != Some(self.name.as_str())
+        });
+        // A KMS action needs the key policy's say: its own grant, or its delegation to IAM.
+        let kms_ok = |g: &Grant| {
+            g.in_key_policy
+                || !action.starts_with("kms:")
+                || self.delegated.iter().any(|d| action_matches(d, action))
+        };
+        !denied
+            && self.grants.iter().any(|g| {
+                action_matches(&g.action, action) && glob(&g.resource, resource) && kms_ok(g)
+            })
+    }
+}
+
+/// A permission a process needs, and who needs it for what.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Need {
+    function: String,
+    action: String,
+    resource: String,
+    by: &'static str,
+}
+
+fn recorded(log: &Path) -> BTreeSet<Need> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("call log line {l:?}: {e}"));
+            let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+            Need {
+                function: s("function"),
+                action: s("action"),
+                resource: s("resource"),
+                by: "its code",
+            }
+        })
+        .collect()
+}
+
+/// What the Lambda service does with a function's role: write its log group, and poll
+/// its SQS trigger.
+fn platform_needs(w: &World, f: &FunctionDef) -> Vec<Need> {
+    let bin = f.binary.clone().unwrap_or_default();
+    let need = |action: &str, resource: String, by| Need {
+        function: bin.clone(),
+        action: action.into(),
+        resource,
+        by,
+    };
+    let mut out = Vec::new();
+    if let Some(g) = &f.log_group {
+        for a in ["logs:CreateLogStream", "logs:PutLogEvents"] {
+            out.push(need(a, format!("log-group:{g}"), "Lambda (its log group)"));
+        }
+    }
+    for e in &f.events {
+        if let EventDef::Sqs { queue } = e {
+            let q = w.tpl.queue(queue).expect("trigger queue");
+            let name = named(q.name_pattern.as_deref().unwrap_or_default());
+            for a in [
+                "sqs:ReceiveMessage",
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+            ] {
+                out.push(need(a, name.clone(), "Lambda (its SQS trigger)"));
+            }
+        }
+    }
+    out
+}
+
+/// Both directions, for every function and the CLI: every problem, one per line.
+fn proof(w: &World) -> Vec<String> {
+    let mut problems = Vec::new();
+    let log_groups = w
+        .tpl
+        .functions
+        .iter()
+        .filter_map(|f| f.log_group.clone())
+        .collect();
+    let resolver = Resolver { w, log_groups };
+    let code = recorded(&w.log);
+    let mut principals: BTreeMap<String, Principal> = BTreeMap::new();
+    let mut needs: BTreeSet<Need> = code.clone();
+    for f in &w.tpl.functions {
+        let bin = f.binary.clone().unwrap_or_default();
+        let Some(role) = &f.role else {
+            problems.push(format!("{bin}: no Role"));
+            continue;
+        };
+        principals.insert(bin.clone(), resolver.role(role, &mut problems));
+        needs.extend(platform_needs(w, f));
+        if !code.iter().any(|n| n.function == bin) {
+            problems.push(format!("{bin}: the tour never ran it (nothing recorded)"));
+        }
+    }
+    let cli_policy = Moto::repo_root().join("docs/cli-iam-policy.json");
+    let text = std::fs::read_to_string(&cli_policy).expect("docs/cli-iam-policy.json");
+    let mut cli = Principal {
+        name: "docs/cli-iam-policy.json".into(),
+        delegated: resolver.delegated(),
+        ..Principal::default()
+    };
+    match template::policy_document(&text) {
+        Ok(sts) => {
+            for st in &sts {
+                resolver.statement(
+                    st,
+                    None,
+                    "docs/cli-iam-policy.json",
+                    &mut cli,
+                    &mut problems,
+                );
+            }
+        }
+        Err(e) => problems.push(format!("docs/cli-iam-policy.json: {e}")),
+    }
+    principals.insert("airlock".into(), cli);
+
+    // (a) Everything needed is allowed.
+    for n in &needs {
+        match principals.get(&n.function) {
+            None => problems.push(format!(
+                "{}: recorded calls, but no template function or CLI has this name",
+                n.function
+            )),
+            Some(p) if !p.allows(&n.action, &n.resource) => problems.push(format!(
+                "MISSING  {}: {} on {} (needed by {}) is not allowed by {}",
+                n.function, n.action, n.resource, n.by, p.name
+            )),
+            Some(_) => {}
+        }
+    }
+    // (b) Everything allowed is needed, but for the listed exceptions.
+    let mut excepted = BTreeSet::new();
+    for (function, p) in &principals {
+        for g in &p.grants {
+            let used = needs.iter().any(|n| {
+                &n.function == function
+                    && action_matches(&g.action, &n.action)
+                    && glob(&g.resource, &n.resource)
+            });
+            let exception = UNREACHED.iter().position(|(f, a, r, _)| {
+                f == function && *a == g.action && prefixed(r) == g.resource
+            });
+            match (used, exception) {
+                (true, Some(i)) => problems.push(format!(
+                    "STALE    {function}: UNREACHED[{i}] ({} on {}) is recorded now: remove the entry",
+                    g.action, g.resource
+                )),
+                (false, Some(i)) => {
+                    excepted.insert(i);
+                }
+                (true, None) => {}
+                (false, None) => problems.push(format!(
+                    "EXCESS   {function}: {} allows {} on {}, which no run of it needed",
+                    g.from, g.action, g.resource
+                )),
+            }
+        }
+    }
+    for (i, (f, a, r, _)) in UNREACHED.iter().enumerate() {
+        if !excepted.contains(&i) {
+            problems.push(format!(
+                "STALE    UNREACHED[{i}] ({f}: {a} on {r}) is no grant of its role: remove it"
+            ));
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    problems
+}
+
+#[test]
+fn every_role_allows_exactly_what_its_code_does() {
+    let started = Instant::now();
+    let w = World::start();
+    let audited = {
+        let mut l = Lambdas::new(&w);
+        tour_functions(&w, &mut l)
+    };
+    tour_cli(&w, &audited);
+    let problems = proof(&w);
+    let summary: BTreeMap<String, BTreeSet<String>> =
+        recorded(&w.log)
+            .into_iter()
+            .fold(BTreeMap::new(), |mut m, n| {
+                m.entry(n.function)
+                    .or_default()
+                    .insert(format!("{} {}", n.action, n.resource));
+                m
+            });
+    assert!(
+        problems.is_empty(),
+        "{} permission problem(s) between infra/template.yaml (or docs/cli-iam-policy.json) \
+         and what the code does:\n{}\n\nrecorded per function:\n{}",
+        problems.len(),
+        problems.join("\n"),
+        summary
+            .iter()
+            .map(|(f, s)| format!(
+                "{f}:\n  {}",
+                s.iter().cloned().collect::<Vec<_>>().join("\n  ")
+            ))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    eprintln!("permission proof: {:?}", started.elapsed());
+}
