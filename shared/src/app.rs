@@ -333,7 +333,7 @@ fn cursor_key(cfg: &Config) -> Result<Vec<u8>, String> {
 /// `dev_issuer`: accept the state dir's dev issuer for a token kind without a JWKS URL
 /// (`airlock serve --backend aws`); a deployed Lambda passes `false`.
 pub async fn aws(cfg: Config, clock: SharedClock, dev_issuer: bool) -> Result<AppState, String> {
-    let aws = crate::adapters::aws::Aws::connect().await?;
+    let aws = crate::adapters::aws::Aws::connect(&cfg.aws).await?;
     let signer: Arc<dyn Signer> = Arc::new(crate::adapters::aws::KmsSigner::new(
         aws.kms.clone(),
         &aws.names.signing_key_id,

@@ -19,6 +19,8 @@ pub struct Config {
     /// `AIRLOCK_CURSOR_KEY` (base64, at least 32 bytes): the cursor MAC key every function
     /// of a deployment shares; unset, a key file in the state dir.
     pub cursor_key: Option<Secret>,
+    /// The AWS backend's resource names (the SAM template's environment).
+    pub aws: AwsNames,
     pub service_issuer: String,
     pub service_audience: String,
     pub operator_issuer: String,
@@ -74,6 +76,7 @@ impl Default for Config {
             now: None,
             roles: crate::auth::RoleTable::default(),
             cursor_key: None,
+            aws: AwsNames::default(),
             service_issuer: DEFAULT_SERVICE_ISSUER.into(),
             service_audience: DEFAULT_SERVICE_AUDIENCE.into(),
             operator_issuer: DEFAULT_OPERATOR_ISSUER.into(),
@@ -183,6 +186,41 @@ impl std::str::FromStr for Backend {
     }
 }
 
+/// The AWS resource names a process is given: `AIRLOCK_RESOURCE_PREFIX` (before every
+/// default name, so several stacks or test runs share one account or emulator), and every
+/// set `AIRLOCK_*_TABLE`, `AIRLOCK_*_QUEUE_URL` and `AIRLOCK_SIGNING_KEY_ID`, by variable
+/// name. Which variables exist, and the defaults, are the AWS adapter's
+/// (`adapters::aws::shapes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AwsNames {
+    pub resource_prefix: String,
+    pub given: std::collections::BTreeMap<String, String>,
+}
+
+impl AwsNames {
+    fn from_env() -> AwsNames {
+        let given = std::env::vars()
+            .filter(|(k, v)| {
+                k.starts_with("AIRLOCK_")
+                    && (k.ends_with("_TABLE")
+                        || k.ends_with("_QUEUE_URL")
+                        || k == "AIRLOCK_SIGNING_KEY_ID")
+                    && !v.trim().is_empty()
+            })
+            .map(|(k, v)| (k, v.trim().to_string()))
+            .collect();
+        AwsNames {
+            resource_prefix: var("AIRLOCK_RESOURCE_PREFIX").unwrap_or_default(),
+            given,
+        }
+    }
+
+    /// The value given for `var`, if any.
+    pub fn given(&self, var: &str) -> Option<&str> {
+        self.given.get(var).map(String::as_str)
+    }
+}
+
 /// Secret bytes: never printed, not even by `{:?}` of the configuration.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(pub Vec<u8>);
@@ -280,6 +318,7 @@ impl Config {
             now: now()?,
             roles: roles()?,
             cursor_key: cursor_key()?,
+            aws: AwsNames::from_env(),
             service_issuer: var("AIRLOCK_SERVICE_ISSUER").unwrap_or(d.service_issuer),
             service_audience: var("AIRLOCK_SERVICE_AUDIENCE").unwrap_or(d.service_audience),
             operator_issuer: var("AIRLOCK_OPERATOR_ISSUER").unwrap_or(d.operator_issuer),

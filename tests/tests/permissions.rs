@@ -38,6 +38,7 @@ use airlock::adapters::aws::template::{
 };
 use airlock::adapters::aws::{clients, shapes, Aws, KmsSigner, Names};
 use airlock::app::Ports;
+use airlock::config::AwsNames;
 use airlock::domain::{Order, OrderStatus, Position};
 use airlock_tests::idp::{Idp, Key};
 use airlock_tests::lambda::{
@@ -206,24 +207,16 @@ async fn connect(moto: &Moto, tpl: &Template) -> (Aws, BTreeMap<String, String>,
         .expect("key metadata")
         .arn
         .expect("key ARN");
-    let t = |s: &shapes::Table| prefixed(s.default_name);
-    let names = Names {
-        accounts: t(&shapes::ACCOUNTS),
-        positions: t(&shapes::POSITIONS),
-        exposures: t(&shapes::EXPOSURES),
-        orders: t(&shapes::ORDERS),
-        jobs: t(&shapes::JOBS),
-        plans: t(&shapes::PLANS),
-        idempotency: t(&shapes::IDEMPOTENCY),
-        actions: t(&shapes::ACTIONS),
-        audit: t(&shapes::AUDIT),
-        control: t(&shapes::CONTROL),
-        rate_limits: t(&shapes::RATE_LIMITS),
-        paper_broker: t(&shapes::PAPER_BROKER),
-        orders_queue_url: urls[shapes::ORDERS_QUEUE.logical_id].clone(),
-        jobs_queue_url: urls[shapes::JOBS_QUEUE.logical_id].clone(),
-        signing_key_id: key_arn.clone(),
+    let given = AwsNames {
+        resource_prefix: PREFIX.to_string(),
+        ..AwsNames::default()
     };
+    let mut names = Names::resolve(
+        &given,
+        urls[shapes::ORDERS_QUEUE.logical_id].clone(),
+        urls[shapes::JOBS_QUEUE.logical_id].clone(),
+    );
+    names.signing_key_id = key_arn.clone();
     let aws = Aws {
         ddb,
         sqs,

@@ -12,6 +12,7 @@ use airlock::adapters::keys;
 use airlock::adapters::local_signer::LocalSigner;
 use airlock::adapters::sqlite::Sqlite;
 use airlock::app::Ports;
+use airlock::config::AwsNames;
 use airlock::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
 use airlock::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Millis, Order,
@@ -82,11 +83,12 @@ async fn env(backend: Backend) -> Env {
                 .load()
                 .await;
             let (ddb, sqs, kms) = clients(&conf);
+            let given = AwsNames::default();
             let mut urls = Vec::new();
             for q in shapes::QUEUES {
                 let u = sqs
                     .get_queue_url()
-                    .queue_name(q.name())
+                    .queue_name(q.name(&given))
                     .send()
                     .await
                     .expect("queue url")
@@ -95,30 +97,15 @@ async fn env(backend: Backend) -> Env {
                 urls.push(u);
             }
             assert_eq!(shapes::QUEUES[0], shapes::ORDERS_QUEUE);
-            let names = Names {
-                accounts: shapes::ACCOUNTS.name(),
-                positions: shapes::POSITIONS.name(),
-                exposures: shapes::EXPOSURES.name(),
-                orders: shapes::ORDERS.name(),
-                jobs: shapes::JOBS.name(),
-                plans: shapes::PLANS.name(),
-                idempotency: shapes::IDEMPOTENCY.name(),
-                actions: shapes::ACTIONS.name(),
-                audit: shapes::AUDIT.name(),
-                control: shapes::CONTROL.name(),
-                rate_limits: shapes::RATE_LIMITS.name(),
-                paper_broker: shapes::PAPER_BROKER.name(),
-                orders_queue_url: urls[0].clone(),
-                jobs_queue_url: urls[1].clone(),
-                signing_key_id: shapes::signing_key(),
-            };
+            let names = Names::resolve(&given, urls[0].clone(), urls[1].clone());
             let aws = Aws {
                 ddb,
                 sqs,
                 kms: kms.clone(),
                 names: Arc::new(names),
             };
-            let signer: Arc<dyn Signer> = Arc::new(KmsSigner::new(kms, &shapes::signing_key()));
+            let signer: Arc<dyn Signer> =
+                Arc::new(KmsSigner::new(kms, &shapes::signing_key(&given)));
             Env {
                 p: Ports::aws(&aws, signer),
                 _moto: Some(moto),

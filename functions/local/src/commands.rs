@@ -97,7 +97,7 @@ async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
 }
 
 pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
-    for line in airlock::adapters::aws::bootstrap::bootstrap().await? {
+    for line in airlock::adapters::aws::bootstrap::bootstrap(&cfg.aws).await? {
         println!("{line}");
     }
     if demo_data {

@@ -16,6 +16,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use super::shapes::{self, QueueShape};
 use super::template::{self, AttrType, KeyDef, KeySchema, QueueDef, TableDef, Template};
 use super::{aws_error, clients, sdk_config};
+use crate::config::AwsNames;
 
 /// What bootstrap did, one line per resource.
 pub type Report = Vec<String>;
@@ -165,6 +166,7 @@ async fn ensure_queue(
 
 async fn create_queue(
     sqs: &aws_sdk_sqs::Client,
+    given: &AwsNames,
     shape: &QueueShape,
     tpl: &Template,
     report: &mut Report,
@@ -175,7 +177,7 @@ async fn create_queue(
             shape.logical_id
         )
     })?;
-    let (name, dead) = (shape.name(), shape.dead_letter());
+    let (name, dead) = (shape.name(given), shape.dead_letter(given));
     let redrive = match &q.redrive {
         None => None,
         Some(r) => {
@@ -206,10 +208,11 @@ async fn create_queue(
 
 async fn create_key(
     kms: &aws_sdk_kms::Client,
+    given: &AwsNames,
     key: &KeyDef,
     report: &mut Report,
 ) -> Result<(), String> {
-    let alias = shapes::default_signing_alias();
+    let alias = shapes::default_signing_alias(given);
     if kms.describe_key().key_id(&alias).send().await.is_ok() {
         report.push(format!("key {alias}: exists"));
         return Ok(());
@@ -237,7 +240,7 @@ async fn create_key(
 }
 
 /// Creates every resource that does not exist yet.
-pub async fn bootstrap() -> Result<Report, String> {
+pub async fn bootstrap(given: &AwsNames) -> Result<Report, String> {
     let tpl = template::embedded()?;
     let conf = sdk_config().await;
     let (ddb, sqs, kms) = clients(&conf);
@@ -249,16 +252,16 @@ pub async fn bootstrap() -> Result<Report, String> {
                 shape.logical_id
             )
         })?;
-        create_table(&ddb, &shape.name(), def, &mut report).await?;
+        create_table(&ddb, &shape.name(given), def, &mut report).await?;
     }
     for shape in shapes::QUEUES {
-        create_queue(&sqs, shape, &tpl, &mut report).await?;
+        create_queue(&sqs, given, shape, &tpl, &mut report).await?;
     }
     // Rotation slots declare the same key twice; any one of them is the shape.
     let key = tpl
         .keys
         .first()
         .ok_or("infra/template.yaml declares no KMS key")?;
-    create_key(&kms, key, &mut report).await?;
+    create_key(&kms, given, key, &mut report).await?;
     Ok(report)
 }

@@ -36,6 +36,7 @@ use aws_smithy_types::config_bag::ConfigBag;
 
 pub use kms::KmsSigner;
 
+use crate::config::AwsNames;
 use crate::error::StoreError;
 
 /// Records each SDK operation (`DynamoDB.TransactWriteItems`, `SQS.SendMessage`, ...), and
@@ -82,6 +83,8 @@ pub struct Names {
     pub orders_queue_url: String,
     pub jobs_queue_url: String,
     pub signing_key_id: String,
+    /// The resource prefix, before the dead-letter queues' names.
+    pub dead_letter_prefix: String,
 }
 
 /// The AWS clients and the names of the resources they use.
@@ -126,54 +129,68 @@ pub fn clients(
     )
 }
 
+impl Names {
+    /// Every name resolved from the configuration (or the defaults `airlock bootstrap`
+    /// creates), with the two queue URLs.
+    pub fn resolve(given: &AwsNames, orders_queue_url: String, jobs_queue_url: String) -> Names {
+        Names {
+            accounts: shapes::ACCOUNTS.name(given),
+            positions: shapes::POSITIONS.name(given),
+            exposures: shapes::EXPOSURES.name(given),
+            orders: shapes::ORDERS.name(given),
+            jobs: shapes::JOBS.name(given),
+            plans: shapes::PLANS.name(given),
+            idempotency: shapes::IDEMPOTENCY.name(given),
+            actions: shapes::ACTIONS.name(given),
+            audit: shapes::AUDIT.name(given),
+            control: shapes::CONTROL.name(given),
+            rate_limits: shapes::RATE_LIMITS.name(given),
+            paper_broker: shapes::PAPER_BROKER.name(given),
+            orders_queue_url,
+            jobs_queue_url,
+            signing_key_id: shapes::signing_key(given),
+            dead_letter_prefix: given.resource_prefix.clone(),
+        }
+    }
+}
+
+/// A queue's URL: the one configured, else looked up by its (prefixed default) name.
+pub async fn queue_url(
+    sqs: &aws_sdk_sqs::Client,
+    given: &AwsNames,
+    shape: shapes::QueueShape,
+) -> Result<String, String> {
+    if let Some(u) = given.given(shape.env) {
+        return Ok(u.to_string());
+    }
+    let name = shape.name(given);
+    sqs.get_queue_url()
+        .queue_name(&name)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "{}: queue {name} not found ({}); run `airlock bootstrap`",
+                shape.env,
+                aws_error(&e)
+            )
+        })?
+        .queue_url
+        .ok_or_else(|| format!("{}: no URL for {name}", shape.env))
+}
+
 impl Aws {
-    /// Connects with names from the environment (the SAM template's variables), falling
-    /// back to the default names `airlock bootstrap` creates. Queue URLs not given are
-    /// looked up by name once.
-    pub async fn connect() -> Result<Aws, String> {
+    /// Connects with the configured names (the SAM template's variables), falling back to
+    /// the default names `airlock bootstrap` creates. Queue URLs not given are looked up by
+    /// name once.
+    pub async fn connect(given: &AwsNames) -> Result<Aws, String> {
         let conf = sdk_config().await;
         let (ddb, sqs, kms) = clients(&conf);
-        let url = |shape: shapes::QueueShape| {
-            let sqs = sqs.clone();
-            async move {
-                if let Ok(u) = std::env::var(shape.env) {
-                    if !u.trim().is_empty() {
-                        return Ok(u);
-                    }
-                }
-                let name = shape.name();
-                sqs.get_queue_url()
-                    .queue_name(&name)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "{}: queue {name} not found ({}); run `airlock bootstrap`",
-                            shape.env,
-                            aws_error(&e)
-                        )
-                    })?
-                    .queue_url
-                    .ok_or_else(|| format!("{}: no URL for {name}", shape.env))
-            }
-        };
-        let names = Names {
-            accounts: shapes::ACCOUNTS.name(),
-            positions: shapes::POSITIONS.name(),
-            exposures: shapes::EXPOSURES.name(),
-            orders: shapes::ORDERS.name(),
-            jobs: shapes::JOBS.name(),
-            plans: shapes::PLANS.name(),
-            idempotency: shapes::IDEMPOTENCY.name(),
-            actions: shapes::ACTIONS.name(),
-            audit: shapes::AUDIT.name(),
-            control: shapes::CONTROL.name(),
-            rate_limits: shapes::RATE_LIMITS.name(),
-            paper_broker: shapes::PAPER_BROKER.name(),
-            orders_queue_url: url(shapes::ORDERS_QUEUE).await?,
-            jobs_queue_url: url(shapes::JOBS_QUEUE).await?,
-            signing_key_id: shapes::signing_key(),
-        };
+        let names = Names::resolve(
+            given,
+            queue_url(&sqs, given, shapes::ORDERS_QUEUE).await?,
+            queue_url(&sqs, given, shapes::JOBS_QUEUE).await?,
+        );
         Ok(Aws {
             ddb,
             sqs,

@@ -132,7 +132,10 @@ impl Queue for Aws {
             let dead = match self
                 .sqs
                 .get_queue_url()
-                .queue_name(shape.dead_letter())
+                .queue_name(format!(
+                    "{}{}",
+                    self.names.dead_letter_prefix, shape.dead_letter_name
+                ))
                 .send()
                 .await
             {

@@ -7,6 +7,8 @@
 //! template (see [`template`](super::template)), and a test there checks that the template
 //! still has the keys, indexes, TTL attributes, queues and key this code relies on.
 
+use crate::config::AwsNames;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Index {
     pub name: &'static str,
@@ -235,40 +237,36 @@ pub const SIGNING_KEY_ENV: &str = "AIRLOCK_SIGNING_KEY_ID";
 /// The signing key's alias, after `alias/` and the resource prefix.
 pub const SIGNING_ALIAS_NAME: &str = "airlock-confirmation";
 
-/// `AIRLOCK_RESOURCE_PREFIX` goes before every default name, so several stacks (or test
-/// runs) can share one account or emulator.
-pub fn prefix() -> String {
-    std::env::var("AIRLOCK_RESOURCE_PREFIX").unwrap_or_default()
-}
-
-fn from_env(var: &str) -> Option<String> {
-    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
-}
-
 impl Table {
-    /// The table's name: its environment variable, else the prefixed default.
-    pub fn name(&self) -> String {
-        from_env(self.env).unwrap_or_else(|| format!("{}{}", prefix(), self.default_name))
+    /// The table's name: the one its variable gives, else the prefixed default.
+    pub fn name(&self, names: &AwsNames) -> String {
+        names
+            .given(self.env)
+            .map(String::from)
+            .unwrap_or_else(|| format!("{}{}", names.resource_prefix, self.default_name))
     }
 }
 
 impl QueueShape {
     /// The queue's name (prefixed default; the environment gives URLs, not names).
-    pub fn name(&self) -> String {
-        format!("{}{}", prefix(), self.default_name)
+    pub fn name(&self, names: &AwsNames) -> String {
+        format!("{}{}", names.resource_prefix, self.default_name)
     }
 
-    pub fn dead_letter(&self) -> String {
-        format!("{}{}", prefix(), self.dead_letter_name)
+    pub fn dead_letter(&self, names: &AwsNames) -> String {
+        format!("{}{}", names.resource_prefix, self.dead_letter_name)
     }
 }
 
 /// The signing key: `AIRLOCK_SIGNING_KEY_ID`, else the prefixed default alias.
-pub fn signing_key() -> String {
-    from_env(SIGNING_KEY_ENV).unwrap_or_else(default_signing_alias)
+pub fn signing_key(names: &AwsNames) -> String {
+    names
+        .given(SIGNING_KEY_ENV)
+        .map(String::from)
+        .unwrap_or_else(|| default_signing_alias(names))
 }
 
 /// The alias `airlock bootstrap` creates.
-pub fn default_signing_alias() -> String {
-    format!("alias/{}{SIGNING_ALIAS_NAME}", prefix())
+pub fn default_signing_alias(names: &AwsNames) -> String {
+    format!("alias/{}{SIGNING_ALIAS_NAME}", names.resource_prefix)
 }
