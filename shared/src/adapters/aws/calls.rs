@@ -37,6 +37,23 @@ pub struct Permission {
     pub resource: String,
 }
 
+/// The `$field()` of an operation's input, when the input is a `$input_type`.
+macro_rules! field {
+    ($input:expr, $input_type:ty, $field:ident) => {
+        $input
+            .downcast_ref::<$input_type>()
+            .and_then(|i| i.$field())
+    };
+}
+
+/// One permission per table a batch names.
+fn per_table<'a>(op: &str, tables: Option<impl Iterator<Item = &'a String>>) -> Vec<Permission> {
+    match tables {
+        Some(ts) => ts.map(|t| permission("dynamodb", op, Some(t))).collect(),
+        None => vec![permission("dynamodb", op, None)],
+    }
+}
+
 fn permission(prefix: &str, op: &str, resource: Option<&str>) -> Permission {
     Permission {
         action: format!("{prefix}:{op}"),
@@ -67,27 +84,21 @@ fn dynamodb(op: &str, input: &Input) -> Vec<Permission> {
         vec![permission("dynamodb", op, resource.as_deref())]
     };
     let mut out = match op {
-        "GetItem" => one(input
-            .downcast_ref::<o::get_item::GetItemInput>()
-            .and_then(|i| i.table_name())),
-        "PutItem" => one(input
-            .downcast_ref::<o::put_item::PutItemInput>()
-            .and_then(|i| i.table_name())),
-        "UpdateItem" => one(input
-            .downcast_ref::<o::update_item::UpdateItemInput>()
-            .and_then(|i| i.table_name())),
-        "DeleteItem" => one(input
-            .downcast_ref::<o::delete_item::DeleteItemInput>()
-            .and_then(|i| i.table_name())),
-        "DescribeTable" => one(input
-            .downcast_ref::<o::describe_table::DescribeTableInput>()
-            .and_then(|i| i.table_name())),
-        "CreateTable" => one(input
-            .downcast_ref::<o::create_table::CreateTableInput>()
-            .and_then(|i| i.table_name())),
-        "UpdateTimeToLive" => one(input
-            .downcast_ref::<o::update_time_to_live::UpdateTimeToLiveInput>()
-            .and_then(|i| i.table_name())),
+        "GetItem" => one(field!(input, o::get_item::GetItemInput, table_name)),
+        "PutItem" => one(field!(input, o::put_item::PutItemInput, table_name)),
+        "UpdateItem" => one(field!(input, o::update_item::UpdateItemInput, table_name)),
+        "DeleteItem" => one(field!(input, o::delete_item::DeleteItemInput, table_name)),
+        "DescribeTable" => one(field!(
+            input,
+            o::describe_table::DescribeTableInput,
+            table_name
+        )),
+        "CreateTable" => one(field!(input, o::create_table::CreateTableInput, table_name)),
+        "UpdateTimeToLive" => one(field!(
+            input,
+            o::update_time_to_live::UpdateTimeToLiveInput,
+            table_name
+        )),
         "Query" => match input.downcast_ref::<o::query::QueryInput>() {
             Some(i) => index(i.table_name(), i.index_name()),
             None => one(None),
@@ -96,24 +107,19 @@ fn dynamodb(op: &str, input: &Input) -> Vec<Permission> {
             Some(i) => index(i.table_name(), i.index_name()),
             None => one(None),
         },
-        "BatchGetItem" => input
-            .downcast_ref::<o::batch_get_item::BatchGetItemInput>()
-            .and_then(|i| i.request_items())
-            .map(|m| {
-                m.keys()
-                    .map(|t| permission("dynamodb", op, Some(t)))
-                    .collect()
-            })
-            .unwrap_or_else(|| one(None)),
-        "BatchWriteItem" => input
-            .downcast_ref::<o::batch_write_item::BatchWriteItemInput>()
-            .and_then(|i| i.request_items())
-            .map(|m| {
-                m.keys()
-                    .map(|t| permission("dynamodb", op, Some(t)))
-                    .collect()
-            })
-            .unwrap_or_else(|| one(None)),
+        "BatchGetItem" => per_table(
+            op,
+            field!(input, o::batch_get_item::BatchGetItemInput, request_items).map(|m| m.keys()),
+        ),
+        "BatchWriteItem" => per_table(
+            op,
+            field!(
+                input,
+                o::batch_write_item::BatchWriteItemInput,
+                request_items
+            )
+            .map(|m| m.keys()),
+        ),
         "TransactWriteItems" => {
             match input.downcast_ref::<o::transact_write_items::TransactWriteItemsInput>() {
                 Some(i) => i
@@ -165,37 +171,29 @@ fn queue_name(url: Option<&str>) -> Option<&str> {
 fn sqs(op: &str, input: &Input) -> Vec<Permission> {
     use aws_sdk_sqs::operation as o;
     let name = match op {
-        "SendMessage" => queue_name(
-            input
-                .downcast_ref::<o::send_message::SendMessageInput>()
-                .and_then(|i| i.queue_url()),
-        ),
-        "ReceiveMessage" => queue_name(
-            input
-                .downcast_ref::<o::receive_message::ReceiveMessageInput>()
-                .and_then(|i| i.queue_url()),
-        ),
-        "DeleteMessage" => queue_name(
-            input
-                .downcast_ref::<o::delete_message::DeleteMessageInput>()
-                .and_then(|i| i.queue_url()),
-        ),
-        "ChangeMessageVisibility" => queue_name(
-            input
-                .downcast_ref::<o::change_message_visibility::ChangeMessageVisibilityInput>()
-                .and_then(|i| i.queue_url()),
-        ),
-        "GetQueueAttributes" => queue_name(
-            input
-                .downcast_ref::<o::get_queue_attributes::GetQueueAttributesInput>()
-                .and_then(|i| i.queue_url()),
-        ),
-        "GetQueueUrl" => input
-            .downcast_ref::<o::get_queue_url::GetQueueUrlInput>()
-            .and_then(|i| i.queue_name()),
-        "CreateQueue" => input
-            .downcast_ref::<o::create_queue::CreateQueueInput>()
-            .and_then(|i| i.queue_name()),
+        "SendMessage" => queue_name(field!(input, o::send_message::SendMessageInput, queue_url)),
+        "ReceiveMessage" => queue_name(field!(
+            input,
+            o::receive_message::ReceiveMessageInput,
+            queue_url
+        )),
+        "DeleteMessage" => queue_name(field!(
+            input,
+            o::delete_message::DeleteMessageInput,
+            queue_url
+        )),
+        "ChangeMessageVisibility" => queue_name(field!(
+            input,
+            o::change_message_visibility::ChangeMessageVisibilityInput,
+            queue_url
+        )),
+        "GetQueueAttributes" => queue_name(field!(
+            input,
+            o::get_queue_attributes::GetQueueAttributesInput,
+            queue_url
+        )),
+        "GetQueueUrl" => field!(input, o::get_queue_url::GetQueueUrlInput, queue_name),
+        "CreateQueue" => field!(input, o::create_queue::CreateQueueInput, queue_name),
         _ => None,
     };
     vec![permission("sqs", op, name)]
