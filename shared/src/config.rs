@@ -20,7 +20,7 @@ pub struct Config {
     /// of a deployment shares; unset, a key file in the state dir.
     pub cursor_key: Option<Secret>,
     /// The AWS backend's resource names (the SAM template's environment).
-    pub aws: AwsNames,
+    pub aws: AwsConfig,
     pub service_issuer: String,
     pub service_audience: String,
     pub operator_issuer: String,
@@ -76,7 +76,7 @@ impl Default for Config {
             now: None,
             roles: crate::auth::RoleTable::default(),
             cursor_key: None,
-            aws: AwsNames::default(),
+            aws: AwsConfig::default(),
             service_issuer: DEFAULT_SERVICE_ISSUER.into(),
             service_audience: DEFAULT_SERVICE_AUDIENCE.into(),
             operator_issuer: DEFAULT_OPERATOR_ISSUER.into(),
@@ -192,13 +192,13 @@ impl std::str::FromStr for Backend {
 /// name. Which variables exist, and the defaults, are the AWS adapter's
 /// (`adapters::aws::shapes`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AwsNames {
+pub struct AwsConfig {
     pub resource_prefix: String,
     pub given: std::collections::BTreeMap<String, String>,
 }
 
-impl AwsNames {
-    fn from_env() -> AwsNames {
+impl AwsConfig {
+    fn from_env() -> AwsConfig {
         let given = std::env::vars()
             .filter(|(k, v)| {
                 k.starts_with("AIRLOCK_")
@@ -209,7 +209,7 @@ impl AwsNames {
             })
             .map(|(k, v)| (k, v.trim().to_string()))
             .collect();
-        AwsNames {
+        AwsConfig {
             resource_prefix: var("AIRLOCK_RESOURCE_PREFIX").unwrap_or_default(),
             given,
         }
@@ -318,7 +318,7 @@ impl Config {
             now: now()?,
             roles: roles()?,
             cursor_key: cursor_key()?,
-            aws: AwsNames::from_env(),
+            aws: AwsConfig::from_env(),
             service_issuer: var("AIRLOCK_SERVICE_ISSUER").unwrap_or(d.service_issuer),
             service_audience: var("AIRLOCK_SERVICE_AUDIENCE").unwrap_or(d.service_audience),
             operator_issuer: var("AIRLOCK_OPERATOR_ISSUER").unwrap_or(d.operator_issuer),

@@ -38,7 +38,7 @@ use airlock::adapters::aws::template::{
 };
 use airlock::adapters::aws::{clients, shapes, Aws, KmsSigner, Names};
 use airlock::app::Ports;
-use airlock::config::AwsNames;
+use airlock::config::AwsConfig;
 use airlock::domain::{Order, OrderStatus, Position};
 use airlock_tests::idp::{Idp, Key};
 use airlock_tests::lambda::{
@@ -207,9 +207,9 @@ async fn connect(moto: &Moto, tpl: &Template) -> (Aws, BTreeMap<String, String>,
         .expect("key metadata")
         .arn
         .expect("key ARN");
-    let given = AwsNames {
+    let given = AwsConfig {
         resource_prefix: PREFIX.to_string(),
-        ..AwsNames::default()
+        ..AwsConfig::default()
     };
     let mut names = Names::resolve(
         &given,

@@ -12,7 +12,7 @@ use airlock::adapters::keys;
 use airlock::adapters::local_signer::LocalSigner;
 use airlock::adapters::sqlite::Sqlite;
 use airlock::app::Ports;
-use airlock::config::AwsNames;
+use airlock::config::AwsConfig;
 use airlock::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
 use airlock::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Millis, Order,
@@ -83,7 +83,7 @@ async fn env(backend: Backend) -> Env {
                 .load()
                 .await;
             let (ddb, sqs, kms) = clients(&conf);
-            let given = AwsNames::default();
+            let given = AwsConfig::default();
             let mut urls = Vec::new();
             for q in shapes::QUEUES {
                 let u = sqs

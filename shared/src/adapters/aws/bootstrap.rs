@@ -16,7 +16,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use super::shapes::{self, QueueShape};
 use super::template::{self, AttrType, KeyDef, KeySchema, QueueDef, TableDef, Template};
 use super::{aws_error, clients, sdk_config};
-use crate::config::AwsNames;
+use crate::config::AwsConfig;
 
 /// What bootstrap did, one line per resource.
 pub type Report = Vec<String>;
@@ -166,7 +166,7 @@ async fn ensure_queue(
 
 async fn create_queue(
     sqs: &aws_sdk_sqs::Client,
-    given: &AwsNames,
+    given: &AwsConfig,
     shape: &QueueShape,
     tpl: &Template,
     report: &mut Report,
@@ -208,7 +208,7 @@ async fn create_queue(
 
 async fn create_key(
     kms: &aws_sdk_kms::Client,
-    given: &AwsNames,
+    given: &AwsConfig,
     key: &KeyDef,
     report: &mut Report,
 ) -> Result<(), String> {
@@ -240,7 +240,7 @@ async fn create_key(
 }
 
 /// Creates every resource that does not exist yet.
-pub async fn bootstrap(given: &AwsNames) -> Result<Report, String> {
+pub async fn bootstrap(given: &AwsConfig) -> Result<Report, String> {
     let tpl = template::embedded()?;
     let conf = sdk_config().await;
     let (ddb, sqs, kms) = clients(&conf);

@@ -36,7 +36,7 @@ use aws_smithy_types::config_bag::ConfigBag;
 
 pub use kms::KmsSigner;
 
-use crate::config::AwsNames;
+use crate::config::AwsConfig;
 use crate::error::StoreError;
 
 /// Records each SDK operation (`DynamoDB.TransactWriteItems`, `SQS.SendMessage`, ...), and
@@ -97,7 +97,9 @@ pub struct Aws {
 }
 
 /// The SDK configuration from the standard environment (credentials, region,
-/// `AWS_ENDPOINT_URL`), with adaptive retries for throttling.
+/// `AWS_ENDPOINT_URL`), with the standard retry mode (exponential backoff with jitter, at
+/// most 4 attempts; throttling errors are retried like any transient one). No timeouts of
+/// our own yet: see docs/RELIABILITY.md.
 pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(4))
@@ -132,7 +134,7 @@ pub fn clients(
 impl Names {
     /// Every name resolved from the configuration (or the defaults `airlock bootstrap`
     /// creates), with the two queue URLs.
-    pub fn resolve(given: &AwsNames, orders_queue_url: String, jobs_queue_url: String) -> Names {
+    pub fn resolve(given: &AwsConfig, orders_queue_url: String, jobs_queue_url: String) -> Names {
         Names {
             accounts: shapes::ACCOUNTS.name(given),
             positions: shapes::POSITIONS.name(given),
@@ -157,7 +159,7 @@ impl Names {
 /// A queue's URL: the one configured, else looked up by its (prefixed default) name.
 pub async fn queue_url(
     sqs: &aws_sdk_sqs::Client,
-    given: &AwsNames,
+    given: &AwsConfig,
     shape: shapes::QueueShape,
 ) -> Result<String, String> {
     if let Some(u) = given.given(shape.env) {
@@ -183,7 +185,7 @@ impl Aws {
     /// Connects with the configured names (the SAM template's variables), falling back to
     /// the default names `airlock bootstrap` creates. Queue URLs not given are looked up by
     /// name once.
-    pub async fn connect(given: &AwsNames) -> Result<Aws, String> {
+    pub async fn connect(given: &AwsConfig) -> Result<Aws, String> {
         let conf = sdk_config().await;
         let (ddb, sqs, kms) = clients(&conf);
         let names = Names::resolve(

@@ -7,7 +7,7 @@
 //! template (see [`template`](super::template)), and a test there checks that the template
 //! still has the keys, indexes, TTL attributes, queues and key this code relies on.
 
-use crate::config::AwsNames;
+use crate::config::AwsConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Index {
@@ -239,7 +239,7 @@ pub const SIGNING_ALIAS_NAME: &str = "airlock-confirmation";
 
 impl Table {
     /// The table's name: the one its variable gives, else the prefixed default.
-    pub fn name(&self, names: &AwsNames) -> String {
+    pub fn name(&self, names: &AwsConfig) -> String {
         names
             .given(self.env)
             .map(String::from)
@@ -249,17 +249,17 @@ impl Table {
 
 impl QueueShape {
     /// The queue's name (prefixed default; the environment gives URLs, not names).
-    pub fn name(&self, names: &AwsNames) -> String {
+    pub fn name(&self, names: &AwsConfig) -> String {
         format!("{}{}", names.resource_prefix, self.default_name)
     }
 
-    pub fn dead_letter(&self, names: &AwsNames) -> String {
+    pub fn dead_letter(&self, names: &AwsConfig) -> String {
         format!("{}{}", names.resource_prefix, self.dead_letter_name)
     }
 }
 
 /// The signing key: `AIRLOCK_SIGNING_KEY_ID`, else the prefixed default alias.
-pub fn signing_key(names: &AwsNames) -> String {
+pub fn signing_key(names: &AwsConfig) -> String {
     names
         .given(SIGNING_KEY_ENV)
         .map(String::from)
@@ -267,6 +267,6 @@ pub fn signing_key(names: &AwsNames) -> String {
 }
 
 /// The alias `airlock bootstrap` creates.
-pub fn default_signing_alias(names: &AwsNames) -> String {
+pub fn default_signing_alias(names: &AwsConfig) -> String {
     format!("alias/{}{SIGNING_ALIAS_NAME}", names.resource_prefix)
 }
