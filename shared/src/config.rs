@@ -186,19 +186,34 @@ impl std::str::FromStr for Backend {
     }
 }
 
-/// The AWS resource names a process is given: `AIRLOCK_RESOURCE_PREFIX` (before every
-/// default name, so several stacks or test runs share one account or emulator), and every
-/// set `AIRLOCK_*_TABLE`, `AIRLOCK_*_QUEUE_URL` and `AIRLOCK_SIGNING_KEY_ID`, by variable
-/// name. Which variables exist, and the defaults, are the AWS adapter's
-/// (`adapters::aws::shapes`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The AWS backend's settings. Names: `AIRLOCK_RESOURCE_PREFIX` (before every default
+/// name, so several stacks or test runs share one account or emulator), and every set
+/// `AIRLOCK_*_TABLE`, `AIRLOCK_*_QUEUE_URL` and `AIRLOCK_SIGNING_KEY_ID`, by variable name;
+/// which variables exist, and the defaults, are the AWS adapter's (`adapters::aws::shapes`).
+/// Limits of every SDK call, so a stalled call answers 503 well within a function's
+/// timeout: `AIRLOCK_AWS_ATTEMPT_TIMEOUT_MS` per attempt (default 1,000) and
+/// `AIRLOCK_AWS_OPERATION_TIMEOUT_MS` for a call with its retries (default 2,000).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AwsConfig {
     pub resource_prefix: String,
     pub given: std::collections::BTreeMap<String, String>,
+    pub attempt_timeout_ms: u64,
+    pub operation_timeout_ms: u64,
+}
+
+impl Default for AwsConfig {
+    fn default() -> Self {
+        AwsConfig {
+            resource_prefix: String::new(),
+            given: Default::default(),
+            attempt_timeout_ms: 1_000,
+            operation_timeout_ms: 2_000,
+        }
+    }
 }
 
 impl AwsConfig {
-    fn from_env() -> AwsConfig {
+    fn from_env() -> Result<AwsConfig, ConfigError> {
         let given = std::env::vars()
             .filter(|(k, v)| {
                 k.starts_with("AIRLOCK_")
@@ -209,10 +224,30 @@ impl AwsConfig {
             })
             .map(|(k, v)| (k, v.trim().to_string()))
             .collect();
-        AwsConfig {
+        let d = AwsConfig::default();
+        let c = AwsConfig {
             resource_prefix: var("AIRLOCK_RESOURCE_PREFIX").unwrap_or_default(),
             given,
+            attempt_timeout_ms: number(
+                "AIRLOCK_AWS_ATTEMPT_TIMEOUT_MS",
+                d.attempt_timeout_ms,
+                100,
+                60_000,
+            )?,
+            operation_timeout_ms: number(
+                "AIRLOCK_AWS_OPERATION_TIMEOUT_MS",
+                d.operation_timeout_ms,
+                100,
+                300_000,
+            )?,
+        };
+        if c.operation_timeout_ms < c.attempt_timeout_ms {
+            return Err(ConfigError {
+                var: "AIRLOCK_AWS_OPERATION_TIMEOUT_MS",
+                message: "must not be below AIRLOCK_AWS_ATTEMPT_TIMEOUT_MS".into(),
+            });
         }
+        Ok(c)
     }
 
     /// The value given for `var`, if any.
@@ -318,7 +353,7 @@ impl Config {
             now: now()?,
             roles: roles()?,
             cursor_key: cursor_key()?,
-            aws: AwsConfig::from_env(),
+            aws: AwsConfig::from_env()?,
             service_issuer: var("AIRLOCK_SERVICE_ISSUER").unwrap_or(d.service_issuer),
             service_audience: var("AIRLOCK_SERVICE_AUDIENCE").unwrap_or(d.service_audience),
             operator_issuer: var("AIRLOCK_OPERATOR_ISSUER").unwrap_or(d.operator_issuer),

@@ -171,6 +171,11 @@ impl Moto {
             // For Python/CLI tools (botocore reads only this one).
             ("AWS_DEFAULT_REGION", Self::REGION),
             ("AWS_EC2_METADATA_DISABLED", "true"),
+            // The emulator on a busy test machine can take seconds where AWS takes
+            // milliseconds: looser call limits than production's (1 s per attempt, 2 s per
+            // call), whose fit in each function's timeout a template test checks.
+            ("AIRLOCK_AWS_ATTEMPT_TIMEOUT_MS", "20000"),
+            ("AIRLOCK_AWS_OPERATION_TIMEOUT_MS", "60000"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

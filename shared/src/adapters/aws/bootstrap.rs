@@ -242,7 +242,7 @@ async fn create_key(
 /// Creates every resource that does not exist yet.
 pub async fn bootstrap(given: &AwsConfig) -> Result<Report, String> {
     let tpl = template::embedded()?;
-    let conf = sdk_config().await;
+    let conf = sdk_config(given).await;
     let (ddb, sqs, kms) = clients(&conf);
     let mut report = Report::new();
     for shape in shapes::TABLES {

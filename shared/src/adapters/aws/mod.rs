@@ -96,13 +96,34 @@ pub struct Aws {
     pub names: Arc<Names>,
 }
 
+/// The most AWS calls one API request makes one after the other: execute's first accept
+/// (the snapshot, the commit, the send, the finishing write). With each call bounded by the
+/// operation timeout, a request with stalled calls still answers (503) before its
+/// function's timeout; a test checks this against the template.
+pub const MAX_SEQUENTIAL_CALLS: u64 = 4;
+
+/// How long the in-process consumer's `ReceiveMessage` long-polls, seconds; its call limits
+/// are this much longer than the others.
+pub const RECEIVE_WAIT_S: u64 = 1;
+
+/// Every call's limits (see [`AwsConfig`]): per attempt, for the call with its retries, and
+/// to connect.
+pub fn timeouts(c: &AwsConfig) -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(std::time::Duration::from_millis(c.attempt_timeout_ms))
+        .operation_attempt_timeout(std::time::Duration::from_millis(c.attempt_timeout_ms))
+        .operation_timeout(std::time::Duration::from_millis(c.operation_timeout_ms))
+        .build()
+}
+
 /// The SDK configuration from the standard environment (credentials, region,
 /// `AWS_ENDPOINT_URL`), with the standard retry mode (exponential backoff with jitter, at
-/// most 4 attempts; throttling errors are retried like any transient one). No timeouts of
-/// our own yet: see docs/RELIABILITY.md.
-pub async fn sdk_config() -> aws_config::SdkConfig {
+/// most 3 attempts; throttling is retried like any transient error) inside the configured
+/// call limits.
+pub async fn sdk_config(c: &AwsConfig) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(4))
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
+        .timeout_config(timeouts(c))
         .load()
         .await
 }
@@ -186,7 +207,7 @@ impl Aws {
     /// the default names `airlock bootstrap` creates. Queue URLs not given are looked up by
     /// name once.
     pub async fn connect(given: &AwsConfig) -> Result<Aws, String> {
-        let conf = sdk_config().await;
+        let conf = sdk_config(given).await;
         let (ddb, sqs, kms) = clients(&conf);
         let names = Names::resolve(
             given,

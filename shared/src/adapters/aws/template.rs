@@ -1149,6 +1149,44 @@ mod tests {
         assert_eq!(function_problems(&tpl()), Vec::<String>::new());
     }
 
+    /// A request whose AWS calls all stall still answers 503 before its function times
+    /// out: the calls of one request, each within the operation limit, fit in the timeout
+    /// of every function behind the API (the template's, with the defaults the code uses
+    /// when a function sets none of the limits itself).
+    #[test]
+    fn stalled_calls_end_within_every_api_functions_timeout() {
+        let limits = crate::config::AwsConfig::default();
+        let t = tpl();
+        let mut problems = Vec::new();
+        for f in t
+            .functions
+            .iter()
+            .filter(|f| f.events.iter().any(|e| matches!(e, EventDef::Api { .. })))
+        {
+            for var in [
+                "AIRLOCK_AWS_ATTEMPT_TIMEOUT_MS",
+                "AIRLOCK_AWS_OPERATION_TIMEOUT_MS",
+            ] {
+                if f.env.contains_key(var) {
+                    problems.push(format!("{}: sets {var}; check it here", f.logical_id));
+                }
+            }
+            let budget_ms = u64::from(f.timeout_s.unwrap_or(3)) * 1000;
+            let worst_ms = limits.operation_timeout_ms * super::super::MAX_SEQUENTIAL_CALLS;
+            if worst_ms >= budget_ms {
+                problems.push(format!(
+                    "{}: {} calls x {} ms = {worst_ms} ms, not below its {budget_ms} ms timeout",
+                    f.logical_id,
+                    super::super::MAX_SEQUENTIAL_CALLS,
+                    limits.operation_timeout_ms
+                ));
+            }
+        }
+        assert_eq!(problems, Vec::<String>::new());
+        // And the check can fail: a 2 s function would not hold them.
+        assert!(limits.operation_timeout_ms * super::super::MAX_SEQUENTIAL_CALLS >= 2_000);
+    }
+
     /// Each edit makes the template disagree with the code; the checks must say so.
     #[test]
     fn the_checks_catch_drift() {
