@@ -94,6 +94,12 @@ fn dynamodb(op: &str, input: &Input) -> Vec<Permission> {
             table_name
         )),
         "CreateTable" => one(field!(input, o::create_table::CreateTableInput, table_name)),
+        "DescribeTimeToLive" => one(field!(
+            input,
+            o::describe_time_to_live::DescribeTimeToLiveInput,
+            table_name
+        )),
+        "UpdateTable" => one(field!(input, o::update_table::UpdateTableInput, table_name)),
         "UpdateTimeToLive" => one(field!(
             input,
             o::update_time_to_live::UpdateTimeToLiveInput,
