@@ -95,6 +95,10 @@ pub trait ActionStore: Send + Sync {
         claimed_before: Millis,
         limit: u32,
     ) -> StoreResult<Vec<ActionRecord>>;
+    /// Takes an action that will never be sent out of the unsent listing (the sweeper,
+    /// once its idempotency record expired), only if it is still unsent. `false`: it was
+    /// sent or taken out meanwhile; nothing was written.
+    async fn retire_unsent(&self, action_id: &str, now: Millis) -> StoreResult<bool>;
 }
 
 #[async_trait]

@@ -1232,3 +1232,49 @@ async fn mark_sent_on_an_expired_key_is_refused(b: Backend) {
     );
 }
 both!(mark_sent_on_an_expired_key_is_refused);
+
+/// The sweeper retires an action it will never send (its key expired): once, only while
+/// it is unsent, and it leaves the unsent listing.
+async fn retire_unsent_takes_an_action_out_once(b: Backend) {
+    let e = env(b).await;
+    let mut c = bare("k-retire");
+    c.action = Some(action("act-retire", "pln-none", "ACC-1", "k-retire"));
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    assert!(!e
+        .p
+        .actions
+        .retire_unsent("act-none", NOW + 5)
+        .await
+        .unwrap());
+    assert!(e
+        .p
+        .actions
+        .retire_unsent("act-retire", NOW + 5)
+        .await
+        .unwrap());
+    assert!(
+        e.p.actions
+            .list_unsent(NOW + 100_000, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a retired action is no longer the sweeper's"
+    );
+    assert_eq!(
+        e.p.actions
+            .get_action("act-retire")
+            .await
+            .unwrap()
+            .unwrap()
+            .enqueued_at,
+        Some(NOW + 5)
+    );
+    assert!(
+        !e.p.actions
+            .retire_unsent("act-retire", NOW + 9)
+            .await
+            .unwrap(),
+        "retired twice"
+    );
+}
+both!(retire_unsent_takes_an_action_out_once);

@@ -380,6 +380,74 @@ async fn enqueue_raw(stack: &Stack, body: &Value, group: &str) {
     }
 }
 
+both!(an_action_left_unsent_past_its_keys_replay_window_is_failed_never_sent);
+async fn an_action_left_unsent_past_its_keys_replay_window_is_failed_never_sent(b: Backend) {
+    // Accepted at the atomic step, then the process died before the enqueue, and no
+    // sweeper ran for a day: the idempotency record (24 h) has expired. A real table
+    // deletes it within about a day; here it is past its `expires_at`, which every read
+    // treats as absent. Sending a day-old order now would act on a stale intent.
+    let s = Server::start_on(
+        b,
+        &[
+            ("AIRLOCK_NOW", MARKET_OPEN),
+            ("AIRLOCK_FAILPOINTS", "execute.after_commit"),
+        ],
+    );
+    let t = s.trader();
+    let p = plan(
+        &t,
+        "order.submit.cl",
+        market("ACC-1", "CLF27", "buy", 1),
+        "call-expired-unsent",
+    )
+    .await;
+    let plan_id = p["plan_id"].as_str().unwrap().to_string();
+    let died = t
+        .try_post("/actions/execute", &Api::execute_body(&p, "expired-1"))
+        .await;
+    assert!(died.is_err(), "the server died mid-request: {died:?}");
+    let stack = s.wait_exit(Duration::from_secs(10));
+    let next_day = "2026-11-24T16:00:00Z";
+    let later = stack.start(&[
+        ("AIRLOCK_NOW", next_day),
+        ("AIRLOCK_SWEEP_INTERVAL_MS", "100"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let retired = loop {
+        let trail = later.audit(&plan_id);
+        if let Some(r) = trail.iter().find(|r| r["decision"] == "rejected") {
+            break r.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sweeper never settled it: {trail:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(retired["reason_code"], "expired_unsent", "{retired}");
+    let action_id = retired["action_id"].as_str().unwrap().to_string();
+    let order_id = retired["order_id"].as_str().unwrap().to_string();
+    let t = later.trader();
+    let a = t.get(&format!("/actions/{action_id}")).await;
+    assert_eq!(a["status"], "failed", "{:?}", a.body);
+    assert!(
+        a["error"].as_str().unwrap().starts_with("expired_unsent: "),
+        "{:?}",
+        a.body
+    );
+    assert_eq!(t.order(&order_id).await["status"], "rejected");
+    // Later passes leave it alone: retired once, never sent, never audited again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(later.queued_messages(), 0, "nothing was sent");
+    assert!(broker_orders(&later, "ACC-1").is_empty());
+    let rejected = later
+        .audit(&plan_id)
+        .iter()
+        .filter(|r| r["decision"] == "rejected")
+        .count();
+    assert_eq!(rejected, 1, "audited once");
+}
+
 both!(a_forged_queue_message_is_refused_and_the_stored_order_runs);
 async fn a_forged_queue_message_is_refused_and_the_stored_order_runs(b: Backend) {
     // An accepted order that was never sent (the process died before the enqueue).

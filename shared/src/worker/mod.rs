@@ -589,6 +589,23 @@ pub(crate) async fn refuse_unsent_submission(
     let Some(why) = kill_switch(st, order_id).await? else {
         return Ok(None);
     };
+    Ok(reject_unsent_order(st, action).await?.then_some(why))
+}
+
+/// Records an unsent order submission's order `rejected` (releasing what execute
+/// reserved). `true`: it is rejected (now or before); `false`: a worker has it already (a
+/// redelivery), so it was sent after all and the worker's own gates decide. An action
+/// that is not an order submission has no order: `true`.
+pub(crate) async fn reject_unsent_order(
+    st: &Worker,
+    action: &ActionRecord,
+) -> Result<bool, ApiError> {
+    let Some(order_id) = action.resource_refs.order_id.as_deref() else {
+        return Ok(true);
+    };
+    if !action.action_type.is_order_submission() {
+        return Ok(true);
+    }
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
         let order = st
@@ -598,12 +615,11 @@ pub(crate) async fn refuse_unsent_submission(
         match order.status {
             OrderStatus::Queued => {
                 if reject_unsent(st, &order, now).await? {
-                    return Ok(Some(why));
+                    return Ok(true);
                 }
             }
-            OrderStatus::Rejected => return Ok(Some(why)),
-            // A worker has it (a redelivery): send, and let the worker's own gate decide.
-            _ => return Ok(None),
+            OrderStatus::Rejected => return Ok(true),
+            _ => return Ok(false),
         }
     }
     Err(ApiError::unavailable(format!(

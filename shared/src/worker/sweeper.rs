@@ -138,12 +138,13 @@ async fn sweep_action(st: &Sweeper, action: &ActionRecord, now: Millis) -> Resul
         .get_key(
             &crate::records::key_scope(&action.service_principal, &action.requested_by),
             &action.idempotency_key,
-            i64::MIN,
+            now,
         )
         .await?
     else {
-        tracing::error!("unsent action has no idempotency record; it cannot be sent");
-        return Ok(Swept::Skipped);
+        // Its idempotency record expired (or a real table's TTL deleted it): the action
+        // waited unsent for the whole replay window. Too late to act on; never sent.
+        return retire(st, action, now).await;
     };
     let KeyState::Claimed {
         lease_until,
@@ -225,6 +226,47 @@ async fn refuse(
     st.audit.append(&audit).await?;
     Ok(Swept::Settled)
 }
+
+/// An unsent action whose idempotency record is gone: failed unsent (`expired_unsent`),
+/// its order (if any) rejected, taken out of the unsent listing, audited.
+async fn retire(st: &Sweeper, action: &ActionRecord, now: Millis) -> Result<Swept, ApiError> {
+    let why = format!(
+        "{EXPIRED_UNSENT}: not sent within the {} h replay window of its idempotency key",
+        crate::protocol::execute::REPLAY_WINDOW_MS / 3_600_000
+    );
+    if !super::reject_unsent_order(&st.worker, action).await? {
+        // A worker has its order: it was sent after all.
+        return Ok(Swept::Skipped);
+    }
+    st.worker
+        .store
+        .set_action_status(
+            &action.action_id,
+            &[ActionStatus::Queued],
+            ActionStatus::Failed,
+            Some(&why),
+            now,
+        )
+        .await?;
+    if !st.actions.retire_unsent(&action.action_id, now).await? {
+        return Ok(Swept::Skipped);
+    }
+    tracing::error!(reason = %why, "sweeper retired an action never sent");
+    let mut audit = resent_audit(
+        action,
+        &action.idempotency_key,
+        &why,
+        action.message.trace.request_id.clone(),
+        now,
+    );
+    audit.decision = "rejected".into();
+    audit.reason_code = Some(EXPIRED_UNSENT.into());
+    st.audit.append(&audit).await?;
+    Ok(Swept::Settled)
+}
+
+/// The reason code of an action the sweeper retired unsent.
+pub const EXPIRED_UNSENT: &str = "expired_unsent";
 
 /// Decides the key as the atomic step decided (`queued`, this action) without sending, so
 /// the action leaves the unsent index; a retry of the key then replays that decision, and

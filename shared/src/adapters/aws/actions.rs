@@ -64,6 +64,24 @@ impl ActionStore for Aws {
         }
         Ok(out)
     }
+
+    async fn retire_unsent(&self, action_id: &str, now: Millis) -> StoreResult<bool> {
+        let r = self
+            .ddb
+            .update_item()
+            .table_name(&self.names.actions)
+            .key("action_id", s(action_id))
+            .update_expression("SET enqueued_at = :now, updated_at = :now REMOVE unsent")
+            .condition_expression("attribute_exists(unsent)")
+            .expression_attribute_values(":now", n(now))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if super::is_condition_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable("UpdateItem actions (retire unsent)", &e)),
+        }
+    }
 }
 
 pub(super) fn action_put(table: &str, a: &ActionRecord) -> StoreResult<TransactWriteItem> {

@@ -1,7 +1,7 @@
 //! Actions on SQLite: the `actions` table, and the sweeper's listing of unsent ones.
 
-use super::rows::body;
-use super::{db_err, Sqlite};
+use super::rows::{body, one_body};
+use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::ActionStore;
 use crate::records::ActionRecord;
@@ -41,6 +41,31 @@ impl ActionStore for Sqlite {
                 .map_err(db_err)?;
             rows.map(|r| r.map_err(db_err).and_then(body))
                 .collect::<StoreResult<Vec<_>>>()
+        })
+        .await
+    }
+
+    async fn retire_unsent(&self, action_id: &str, now: i64) -> StoreResult<bool> {
+        let id = action_id.to_string();
+        self.write(move |tx| {
+            let Some(text) = one_body(
+                tx,
+                "SELECT body FROM actions WHERE action_id = ? AND enqueued_at IS NULL",
+                &[&id],
+            )?
+            else {
+                return Ok(false);
+            };
+            let mut a: ActionRecord = serde_json::from_str(&text).map_err(json_err)?;
+            a.enqueued_at = Some(now);
+            a.updated_at = a.updated_at.max(now);
+            let body = serde_json::to_string(&a).map_err(json_err)?;
+            tx.execute(
+                "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
+                params![now, body, id],
+            )
+            .map_err(db_err)?;
+            Ok(true)
         })
         .await
     }
