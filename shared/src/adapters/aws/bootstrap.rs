@@ -259,14 +259,11 @@ async fn create_index(
         .iter()
         .find(|ix| ix.name == ix_name)
         .ok_or_else(|| format!("{}: no index {ix_name}", t.logical_id))?;
+    let gsi = index(ix)?;
     let create = aws_sdk_dynamodb::types::CreateGlobalSecondaryIndexAction::builder()
-        .index_name(&ix.name)
-        .set_key_schema(Some(key_schema(&ix.key)?))
-        .projection(
-            Projection::builder()
-                .projection_type(ProjectionType::from(ix.projection.as_str()))
-                .build(),
-        )
+        .index_name(gsi.index_name())
+        .set_key_schema(Some(gsi.key_schema().to_vec()))
+        .set_projection(gsi.projection().cloned())
         .build()
         .map_err(|e| e.to_string())?;
     ddb.update_table()
