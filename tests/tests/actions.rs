@@ -545,3 +545,43 @@ async fn a_decided_key_replays_after_the_token_expired(b: Backend) {
     let r = next_day.trader().execute(&p, "replay-1").await;
     assert_eq!(r.code(), "token_expired");
 }
+
+both!(a_send_that_fails_after_the_commit_gives_up_its_lease);
+async fn a_send_that_fails_after_the_commit_gives_up_its_lease(b: Backend) {
+    // Leases long enough that waiting one out could not explain the retry's success.
+    let lease = ("AIRLOCK_EXECUTE_LEASE_MS", "120000");
+    let s = start(b, &[("AIRLOCK_FAILPOINTS", "dispatch.send_fails"), lease]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let r = t.execute(&p, "send-fails-1").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "upstream_unavailable"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(
+        r.retry_after.as_deref(),
+        Some("1"),
+        "503 carries Retry-After"
+    );
+    let action_id = r.body["action_id"]
+        .as_str()
+        .expect("the accepted action")
+        .to_string();
+    assert_eq!(queue_count(&s), 0, "nothing was queued");
+    // The caller retries with the same key a minute later, well inside the 120 s lease it
+    // would have had to wait out: the retry resumes the claim and queues the action.
+    let stack = s.crash();
+    let s = stack.start(&[("AIRLOCK_NOW", "2026-11-23T15:01:00Z"), lease]);
+    let t = s.trader();
+    let again = t.execute(&p, "send-fails-1").await;
+    assert_eq!(again.status, 202, "{:?}", again.body);
+    assert_eq!(again["action_id"], action_id.as_str(), "the same action");
+    assert_eq!(queue_count(&s), 1, "queued once");
+    let dup = t.execute(&p, "send-fails-1").await;
+    assert_eq!(
+        (dup.status, dup["action_id"].as_str()),
+        (200, Some(action_id.as_str()))
+    );
+}

@@ -862,7 +862,10 @@ async fn accept(
 }
 
 /// Steps 5 and 6: send the stored message, then mark the key decided while holding the
-/// lease. A send error leaves the key claimed: a retry or the sweeper finishes it.
+/// lease. A send error leaves the key claimed, but gives its lease up at once, so the
+/// caller's retry with the same key resumes (and sends) without waiting for the lease to
+/// run out; if nobody retries, the sweeper sends it. The caller gets 503 with the action's
+/// id and `Retry-After`.
 pub(crate) async fn send_and_finish(
     d: &Dispatch,
     key: &KeyRecord,
@@ -870,19 +873,37 @@ pub(crate) async fn send_and_finish(
     action: &ActionRecord,
     now: Millis,
 ) -> Result<bool, ApiError> {
-    d.queue
-        .send(
-            &action.message,
-            &action.action_type.message_group(&action.account_id),
-            &action.action_id,
-        )
-        .await
-        .map_err(|e| {
-            ApiError::unavailable(format!("enqueue {}: {e}", action.action_id)).with_field(
-                "/idempotency_key",
-                "the action was accepted but not yet queued; retry with the same key",
+    let sent = if crate::failpoint::hit("dispatch.send_fails") {
+        Err(crate::error::StoreError::Unavailable(
+            "failpoint dispatch.send_fails".into(),
+        ))
+    } else {
+        d.queue
+            .send(
+                &action.message,
+                &action.action_type.message_group(&action.account_id),
+                &action.action_id,
             )
-        })?;
+            .await
+    };
+    if let Err(e) = sent {
+        if let Err(release) = release_lease(d, key, lease_owner, now).await {
+            tracing::warn!(error = %release, "could not give up the lease after a failed send");
+        }
+        let mut err = ApiError::new(
+            Code::UpstreamUnavailable,
+            "The action was accepted but could not be queued yet. Retry with the same \
+             idempotency key to queue it now; otherwise it is queued within a minute.",
+        )
+        .with_field(
+            "/idempotency_key",
+            "the action was accepted but not yet queued; retry with the same key",
+        )
+        .retry_after(1);
+        err.cause = Some(format!("enqueue {}: {e}", action.action_id));
+        err.action_id = Some(action.action_id.clone());
+        return Err(err);
+    }
     mark_sent(d, key, lease_owner, action, now).await
 }
 
@@ -933,6 +954,26 @@ pub(crate) async fn take_lease(
         action_id: action_id.clone(),
     };
     Ok(d.ledger.take_over(&claim, lease_owner).await?)
+}
+
+/// Gives up `owner`'s lease on a claimed key (it ends now), only while `owner` holds it:
+/// whoever comes next may take the key over at once.
+async fn release_lease(
+    d: &Dispatch,
+    key: &KeyRecord,
+    owner: &str,
+    now: Millis,
+) -> Result<bool, ApiError> {
+    let KeyState::Claimed { action_id, .. } = &key.state else {
+        return Ok(false);
+    };
+    let mut released = key.clone();
+    released.state = KeyState::Claimed {
+        lease_owner: owner.to_string(),
+        lease_until: now,
+        action_id: action_id.clone(),
+    };
+    Ok(d.ledger.take_over(&released, owner).await?)
 }
 
 /// A key claimed by an attempt that never finished: take its lease and send.
