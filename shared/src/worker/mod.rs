@@ -63,13 +63,6 @@ struct SyncChange {
     after: i64,
 }
 
-/// Handles one message. `Err`: a fault (storage, broker, a malformed message, a panic);
-/// the message stays on the queue and is retried. `last_attempt`: no retry follows (the
-/// queue moves it to its dead-letter queue), so the action and job are settled with the
-/// error (see [`give_up`]).
-///
-/// A panic while handling fails this message only: it is caught here, for the in-process
-/// consumer and the Lambda alike, and becomes an error like any other fault.
 /// The workers' use case, built once per process (`app.rs`): what the in-process consumer
 /// and the worker Lambdas call for each message.
 #[derive(Clone)]
@@ -91,17 +84,25 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Handles one message: see [`handle`].
+    /// Handles one message. `Err`: a fault (storage, broker, a malformed message, a
+    /// panic); the message stays on the queue and is retried. `last_attempt`: no retry
+    /// follows (the queue moves it to its dead-letter queue), so the action and job are
+    /// settled with the error.
+    ///
+    /// A panic while handling fails this message only: it is caught here, for the
+    /// in-process consumer and the Lambda alike, and becomes an error like any other fault.
     pub async fn handle(&self, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
         handle(self, body, last_attempt).await
     }
 
-    /// Settles a message skipped at its last receive: see [`skipped`].
+    /// A message left unhandled because an earlier one of its group failed: on its last
+    /// receive, its action is settled as failed, like a last attempt.
     pub async fn skipped(&self, body: &str, receive_count: u32) {
         skipped(self, body, receive_count).await
     }
 
-    /// Re-checks every working order against the broker: see [`reconcile_working_orders`].
+    /// Re-checks every working order against the broker (after a price change); returns
+    /// how many changed.
     pub async fn reconcile_working_orders(&self) -> Result<usize, ApiError> {
         reconcile_working_orders(self).await
     }
@@ -271,8 +272,6 @@ async fn process(st: &Worker, body: &str) -> Result<Outcome, ApiError> {
     Ok(outcome)
 }
 
-/// The last attempt failed: settle the stored action (never one a mismatching message
-/// names) and its order or job, saying what is known.
 /// A message left unhandled because an earlier one of its group failed. On its last
 /// receive it goes to the dead-letter queue with that one, never having run: settle its
 /// action as failed (which releases an order's reservation) like a last attempt.
@@ -283,6 +282,8 @@ async fn skipped(st: &Worker, body: &str, receive_count: u32) {
     }
 }
 
+/// The last attempt failed: settle the stored action (never one a mismatching message
+/// names) and its order or job, saying what is known.
 async fn give_up(st: &Worker, body: &str, e: &ApiError) {
     let Ok(received) = serde_json::from_str::<QueueMessage>(body) else {
         return; // Malformed: it names nothing we can trust.
