@@ -52,6 +52,31 @@ async fn submit(t: &Api, payload: Value, key: &str, tool_call: &str) -> Resp {
     execute(t, "order.submit.cl", payload, key, tool_call).await
 }
 
+/// A buy of 1 CLF27 on ACC-1 accepted at the atomic step, then the process died before the
+/// enqueue (failpoint `execute.after_commit`): the stopped stack and the plan.
+async fn accepted_then_crashed(b: Backend, tool_call: &str, key: &str) -> (Stack, Resp) {
+    let s = Server::start_on(
+        b,
+        &[
+            ("AIRLOCK_NOW", MARKET_OPEN),
+            ("AIRLOCK_FAILPOINTS", "execute.after_commit"),
+        ],
+    );
+    let t = s.trader();
+    let p = plan(
+        &t,
+        "order.submit.cl",
+        market("ACC-1", "CLF27", "buy", 1),
+        tool_call,
+    )
+    .await;
+    let died = t
+        .try_post("/actions/execute", &Api::execute_body(&p, key))
+        .await;
+    assert!(died.is_err(), "the server died mid-request: {died:?}");
+    (s.wait_exit(Duration::from_secs(10)), p)
+}
+
 fn market(account: &str, symbol: &str, side: &str, qty: u32) -> Value {
     json!({"account_id": account, "symbol": symbol, "side": side, "quantity": qty, "order_type": "market"})
 }
@@ -208,27 +233,8 @@ async fn queued_orders_meet_the_kill_switch_at_the_worker(b: Backend) {
 both!(the_sweeper_does_not_send_an_order_while_the_kill_switch_is_engaged);
 async fn the_sweeper_does_not_send_an_order_while_the_kill_switch_is_engaged(b: Backend) {
     // Accepted at the atomic step, then the process died before the enqueue.
-    let s = Server::start_on(
-        b,
-        &[
-            ("AIRLOCK_NOW", MARKET_OPEN),
-            ("AIRLOCK_FAILPOINTS", "execute.after_commit"),
-        ],
-    );
-    let t = s.trader();
-    let p = plan(
-        &t,
-        "order.submit.cl",
-        market("ACC-1", "CLF27", "buy", 1),
-        "call-ks-sweep",
-    )
-    .await;
+    let (stack, p) = accepted_then_crashed(b, "call-ks-sweep", "ks-sweep").await;
     let plan_id = p["plan_id"].as_str().unwrap().to_string();
-    let died = t
-        .try_post("/actions/execute", &Api::execute_body(&p, "ks-sweep"))
-        .await;
-    assert!(died.is_err(), "the server died mid-request: {died:?}");
-    let stack = s.wait_exit(Duration::from_secs(10));
     stack.cli(
         &[("AIRLOCK_NOW", MARKET_OPEN)],
         &["kill-switch", "engage", "--reason", "incident 12"],
@@ -386,27 +392,8 @@ async fn an_action_left_unsent_past_its_keys_replay_window_is_failed_never_sent(
     // sweeper ran for a day: the idempotency record (24 h) has expired. A real table
     // deletes it within about a day; here it is past its `expires_at`, which every read
     // treats as absent. Sending a day-old order now would act on a stale intent.
-    let s = Server::start_on(
-        b,
-        &[
-            ("AIRLOCK_NOW", MARKET_OPEN),
-            ("AIRLOCK_FAILPOINTS", "execute.after_commit"),
-        ],
-    );
-    let t = s.trader();
-    let p = plan(
-        &t,
-        "order.submit.cl",
-        market("ACC-1", "CLF27", "buy", 1),
-        "call-expired-unsent",
-    )
-    .await;
+    let (stack, p) = accepted_then_crashed(b, "call-expired-unsent", "expired-1").await;
     let plan_id = p["plan_id"].as_str().unwrap().to_string();
-    let died = t
-        .try_post("/actions/execute", &Api::execute_body(&p, "expired-1"))
-        .await;
-    assert!(died.is_err(), "the server died mid-request: {died:?}");
-    let stack = s.wait_exit(Duration::from_secs(10));
     let next_day = "2026-11-24T16:00:00Z";
     let later = stack.start(&[
         ("AIRLOCK_NOW", next_day),
@@ -451,26 +438,7 @@ async fn an_action_left_unsent_past_its_keys_replay_window_is_failed_never_sent(
 both!(a_forged_queue_message_is_refused_and_the_stored_order_runs);
 async fn a_forged_queue_message_is_refused_and_the_stored_order_runs(b: Backend) {
     // An accepted order that was never sent (the process died before the enqueue).
-    let s = Server::start_on(
-        b,
-        &[
-            ("AIRLOCK_NOW", MARKET_OPEN),
-            ("AIRLOCK_FAILPOINTS", "execute.after_commit"),
-        ],
-    );
-    let t = s.trader();
-    let p = plan(
-        &t,
-        "order.submit.cl",
-        market("ACC-1", "CLF27", "buy", 1),
-        "call-forge",
-    )
-    .await;
-    let died = t
-        .try_post("/actions/execute", &Api::execute_body(&p, "forge-1"))
-        .await;
-    assert!(died.is_err(), "the server died mid-request: {died:?}");
-    let stack = s.wait_exit(Duration::from_secs(10));
+    let (stack, p) = accepted_then_crashed(b, "call-forge", "forge-1").await;
     // Someone who can write to the queue attaches another order to the live action id.
     let stored = stored_submissions(&stack).await;
     assert_eq!(stored.len(), 1, "{stored:?}");
