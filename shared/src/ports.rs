@@ -89,16 +89,19 @@ pub trait JobStore: Send + Sync {
 #[async_trait]
 pub trait ActionStore: Send + Sync {
     async fn get_action(&self, action_id: &str) -> StoreResult<Option<ActionRecord>>;
-    /// Actions accepted before `claimed_before` and never sent: the sweeper's work.
+    /// Actions accepted before `claimed_before` and not known to be sent: the sweeper's
+    /// work. An action leaves this listing when a worker first moves its status (it was
+    /// delivered), or by [`ActionStore::clear_unsent`]; execute itself writes nothing after
+    /// its send.
     async fn list_unsent(
         &self,
         claimed_before: Millis,
         limit: u32,
     ) -> StoreResult<Vec<ActionRecord>>;
-    /// Takes an action that will never be sent out of the unsent listing (the sweeper,
-    /// once its idempotency record expired), only if it is still unsent. `false`: it was
-    /// sent or taken out meanwhile; nothing was written.
-    async fn retire_unsent(&self, action_id: &str, now: Millis) -> StoreResult<bool>;
+    /// Takes an action out of the unsent listing, only if it is still there: the sweeper,
+    /// once it sent it, or once it will never be sent (its idempotency record expired).
+    /// `false`: it was taken out meanwhile; nothing was written.
+    async fn clear_unsent(&self, action_id: &str, now: Millis) -> StoreResult<bool>;
 }
 
 #[async_trait]
@@ -367,7 +370,8 @@ pub trait WorkerStore: Send + Sync {
         result: &serde_json::Value,
         positions: Option<&PositionsReplacement<'_>>,
     ) -> StoreResult<bool>;
-    /// Moves an action's status if it is one of `from`.
+    /// Moves an action's status if it is one of `from`. A moved action was delivered (or
+    /// settled unsent): it also leaves the unsent listing ([`ActionStore::list_unsent`]).
     async fn set_action_status(
         &self,
         action_id: &str,

@@ -86,6 +86,11 @@ pub enum KeyState {
     },
     Decided {
         decision: Decision,
+        /// The attempt that decided it at the atomic step (an execute's owner token):
+        /// the request that wrote it recognises its own decision after an ambiguous
+        /// failure, and only it may give the key back when its send fails.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
     },
 }
 
@@ -117,6 +122,17 @@ pub struct KeyRecord {
     pub created_at: Millis,
     /// After this the record counts as absent (24 h after the decision).
     pub expires_at: Millis,
+}
+
+impl KeyRecord {
+    /// The owner token holding the key: a claim's lease owner, or the attempt that decided
+    /// it. Conditional writes on the key compare this (`lease_owner` in both stores).
+    pub fn owner(&self) -> Option<&str> {
+        match &self.state {
+            KeyState::Claimed { lease_owner, .. } => Some(lease_owner),
+            KeyState::Decided { owner, .. } => owner.as_deref(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

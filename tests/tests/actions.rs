@@ -434,8 +434,8 @@ async fn rollout_modes_and_rate_limits(b: Backend) {
     assert_eq!(queue_count(&s), 2);
 }
 
-both!(a_crash_after_the_commit_is_finished_by_a_retry);
-async fn a_crash_after_the_commit_is_finished_by_a_retry(b: Backend) {
+both!(a_retry_after_a_crash_after_the_commit_answers_from_the_commit);
+async fn a_retry_after_a_crash_after_the_commit_answers_from_the_commit(b: Backend) {
     let s = start(b, &[("AIRLOCK_FAILPOINTS", "execute.after_commit")]);
     let t = s.trader();
     let p = executable_plan(&t).await;
@@ -445,7 +445,8 @@ async fn a_crash_after_the_commit_is_finished_by_a_retry(b: Backend) {
     assert!(sent.is_err(), "the server died mid-request: {sent:?}");
     let dir = s.wait_exit(Duration::from_secs(10));
 
-    // Same instant: the first attempt's lease (10 s) is still live.
+    // Same instant: the key was decided at the atomic step; the retry answers from it
+    // (no "still running" about a request that is dead), though nothing was sent yet.
     let again = dir.start(&[
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_SWEEP_AFTER_MS", "3600000"),
@@ -454,33 +455,79 @@ async fn a_crash_after_the_commit_is_finished_by_a_retry(b: Backend) {
     let t = again.trader();
     let r = t.execute(&p, "crash-1").await;
     assert_eq!(
-        (r.status, r.code()),
-        (409, "idempotency_key_in_flight"),
+        (r.status, r["status"].as_str()),
+        (200, Some("duplicate")),
         "{:?}",
         r.body
     );
     let action_id = r["action_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        t.get(&format!("/actions/{action_id}")).await["status"],
+        "queued"
+    );
+    assert_eq!(
+        again.queued_messages(),
+        0,
+        "a replay writes nothing but its audit"
+    );
 
-    // Later, after the lease: the retry resumes at the enqueue.
+    // The sweeper sends what the crash left unsent, once.
     let dir = again.crash();
     let later = dir.start(&[
         ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),
-        ("AIRLOCK_SWEEP_AFTER_MS", "3600000"),
+        ("AIRLOCK_SWEEP_INTERVAL_MS", "100"),
     ]);
-    let t = later.trader();
-    let r = t.execute(&p, "crash-1").await;
-    assert_eq!(r.status, 202, "{:?}", r.body);
-    assert_eq!(r["action_id"], json!(action_id));
-    let r = t.execute(&p, "crash-1").await;
+    let mut n = 0;
+    for _ in 0..100 {
+        n = later.queued_messages();
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(n, 1, "the sweeper queued the action");
+    let r = later.trader().execute(&p, "crash-1").await;
     assert_eq!(
         (r.status, r["action_id"].as_str()),
         (200, Some(action_id.as_str()))
     );
-    assert_eq!(later.queued_messages(), 1);
-    let resent = later.audit(&action_id);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(later.queued_messages(), 1, "never twice");
+    let trail = later.audit(&action_id);
     assert_eq!(
-        resent.iter().filter(|a| a["decision"] == "resent").count(),
-        1
+        trail.iter().filter(|a| a["decision"] == "resent").count(),
+        1,
+        "{trail:?}"
+    );
+}
+
+both!(a_commit_whose_reply_was_lost_carries_on_from_its_own_decision);
+async fn a_commit_whose_reply_was_lost_carries_on_from_its_own_decision(b: Backend) {
+    // Every execute commit "loses its reply": the write happened, the request cannot tell.
+    let s = start(b, &[("AIRLOCK_FAILPOINTS", "execute.commit_reply_lost")]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let r = t.execute(&p, "lost-reply-1").await;
+    // It reads again, finds its own decision, sends and answers: not 409 about itself.
+    assert_eq!(
+        (r.status, r["status"].as_str()),
+        (202, Some("queued")),
+        "{:?}",
+        r.body
+    );
+    let action_id = r["action_id"].as_str().unwrap().to_string();
+    assert_eq!(queue_count(&s), 1, "sent at once, once");
+    let dup = t.execute(&p, "lost-reply-1").await;
+    assert_eq!(
+        (dup.status, dup["action_id"].as_str()),
+        (200, Some(action_id.as_str()))
+    );
+    assert_eq!(queue_count(&s), 1, "never twice");
+    let trail = s.audit(&action_id);
+    assert_eq!(
+        trail.iter().filter(|a| a["decision"] == "queued").count(),
+        1,
+        "one decision: {trail:?}"
     );
 }
 

@@ -707,7 +707,29 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     );
     // A resting limit buy (the paper broker's price table is read for the band).
     let p2 = l.order_plan(&me, order("ACC-1", &c1, 1, Some("66.00")));
+    // Execute at its floor (issue 21): a warm first execute makes three AWS calls, one
+    // read, one transaction, one send; its replay two, the read and its audit record.
+    let before = calls_so_far(&w.log);
     let x2 = l.accepted(&me, &p2, "perm-x2");
+    let first = calls_since(&w.log, before, "execute");
+    assert_eq!(
+        first,
+        [
+            "DynamoDB.BatchGetItem",
+            "DynamoDB.TransactWriteItems",
+            "SQS.SendMessage"
+        ],
+        "the calls of a first execute"
+    );
+    let before = calls_so_far(&w.log);
+    let (status, _) = l.execute(&me, &p2, "perm-x2");
+    assert_eq!(status, 200);
+    let replay = calls_since(&w.log, before, "execute");
+    assert_eq!(
+        replay,
+        ["DynamoDB.BatchGetItem", "DynamoDB.PutItem"],
+        "the calls of a replay"
+    );
     // A plan that fails its checks (too large): recorded, not signed.
     let big = l.plan(&me, "order.submit.cl", order("ACC-1", &c1, 20, None));
     assert_eq!(big["executable"], false, "{big}");
@@ -1208,6 +1230,33 @@ struct Need {
     action: String,
     resource: String,
     by: &'static str,
+}
+
+/// Lines in the call log so far.
+fn calls_so_far(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// The operations `function` called after the first `skip` lines of the log, in order,
+/// one per call (a call logs one line per permission it needs).
+fn calls_since(log: &Path, skip: usize, function: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for l in text.lines().skip(skip) {
+        let v: Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("call log line {l:?}: {e}"));
+        if v["function"] != function {
+            continue;
+        }
+        if seen.insert((v["pid"].as_u64(), v["call"].as_u64())) {
+            out.push(v["operation"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    out
 }
 
 fn recorded(log: &Path) -> BTreeSet<Need> {

@@ -371,6 +371,7 @@ async fn commit_claims_a_key_once(b: Backend) {
             message: "y".into(),
             details: vec![],
         },
+        owner: None,
     };
     assert_eq!(commit(&e, &finish).await, CommitOutcome::Committed);
     assert_eq!(
@@ -784,6 +785,7 @@ async fn lease_takeover_and_mark_sent(b: Backend) {
                 queue_target: QueueTarget::Orders,
                 resource_refs: a.resource_refs.clone(),
             },
+            owner: None,
         },
         ..c.key.clone()
     };
@@ -1209,6 +1211,7 @@ async fn mark_sent_on_an_expired_key_is_refused(b: Backend) {
                 queue_target: QueueTarget::Orders,
                 resource_refs: ResourceRefs::default(),
             },
+            owner: None,
         },
         ..c.key.clone()
     };
@@ -1235,21 +1238,16 @@ both!(mark_sent_on_an_expired_key_is_refused);
 
 /// The sweeper retires an action it will never send (its key expired): once, only while
 /// it is unsent, and it leaves the unsent listing.
-async fn retire_unsent_takes_an_action_out_once(b: Backend) {
+async fn clear_unsent_takes_an_action_out_once(b: Backend) {
     let e = env(b).await;
     let mut c = bare("k-retire");
     c.action = Some(action("act-retire", "pln-none", "ACC-1", "k-retire"));
     assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
-    assert!(!e
-        .p
-        .actions
-        .retire_unsent("act-none", NOW + 5)
-        .await
-        .unwrap());
+    assert!(!e.p.actions.clear_unsent("act-none", NOW + 5).await.unwrap());
     assert!(e
         .p
         .actions
-        .retire_unsent("act-retire", NOW + 5)
+        .clear_unsent("act-retire", NOW + 5)
         .await
         .unwrap());
     assert!(
@@ -1271,10 +1269,10 @@ async fn retire_unsent_takes_an_action_out_once(b: Backend) {
     );
     assert!(
         !e.p.actions
-            .retire_unsent("act-retire", NOW + 9)
+            .clear_unsent("act-retire", NOW + 9)
             .await
             .unwrap(),
         "retired twice"
     );
 }
-both!(retire_unsent_takes_an_action_out_once);
+both!(clear_unsent_takes_an_action_out_once);

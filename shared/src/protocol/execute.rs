@@ -4,14 +4,26 @@
 //! 2. look up the idempotency key: a decided key replays its decision, another plan or
 //!    requester is 422, a live lease is 409, an expired lease is resumed;
 //! 3. verify the confirmation token locally;
-//! 4. one atomic commit: claim the key with a lease, consume the plan, check the control
-//!    record and the rate limit, store the action, append the audit record;
-//! 5. enqueue; 6. mark the key decided and the action sent (only while holding the lease).
+//! 4. one atomic commit: decide the key (naming this attempt as its owner), consume the
+//!    plan, check the control record and the rate limit, store the action, append the
+//!    audit record;
+//! 5. enqueue, and answer. Nothing is written after the send: a replay answers from the
+//!    committed key, and an action whose send was lost (a crash) is sent by the sweeper;
+//!    the queue deduplicates on the action id and workers are idempotent on it. A send that
+//!    fails gives the key back (a claim whose lease already ended) so the caller's retry
+//!    sends at once.
+//!
+//! On the AWS backend that is three calls on a first execute (one `BatchGetItem`, one
+//! `TransactWriteItems`, one `SendMessage`) and two on a replay (the read and a `PutItem`
+//! of its audit record).
 //!
 //! Conditions that changed under us (another request won a race) make the commit a
-//! conflict; we then read again and decide again, a bounded number of times.
+//! conflict; we then read again and decide again, a bounded number of times. A request
+//! knows its own commits (the owner token on the key): one that finds its own decision
+//! after an ambiguous failure (a lost reply retried into a failed condition, a timeout)
+//! carries on from it instead of calling itself a concurrent request.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -85,11 +97,56 @@ struct Ctx<'a> {
     fingerprint: String,
     /// Keys are scoped to the service principal and the operator.
     scope: String,
+    /// What this request committed, or may have: the owner token of each attempt, with
+    /// what it would answer once found committed.
+    mine: Mutex<Vec<Mine>>,
+    /// The last commit failed ambiguously (the write may have happened): if the key is not
+    /// found ours on the next read, this is the answer.
+    unsure: Mutex<Option<ApiError>>,
+}
+
+/// One commit attempt of this request.
+struct Mine {
+    owner: String,
+    /// The action it accepted (absent for a rejection).
+    action: Option<ActionRecord>,
 }
 
 impl Ctx<'_> {
     fn principal(&self) -> &str {
         &self.scope
+    }
+
+    fn remember(&self, owner: &str, action: Option<&ActionRecord>) {
+        self.mine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Mine {
+                owner: owner.to_string(),
+                action: action.cloned(),
+            });
+    }
+
+    /// The attempt of this request that wrote `rec`, if one did.
+    fn own(&self, rec: &KeyRecord) -> Option<Option<ActionRecord>> {
+        let owner = rec.owner()?;
+        self.mine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|m| m.owner == owner)
+            .map(|m| m.action.clone())
+    }
+
+    fn set_unsure(&self, e: ApiError) {
+        *self.unsure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+    }
+
+    fn take_unsure(&self) -> Option<ApiError> {
+        self.unsure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     fn audit(&self, now: Millis, decision: &str) -> AuditRecord {
@@ -254,6 +311,8 @@ async fn execute(
         facts: &facts,
         fingerprint,
         scope: crate::records::key_scope(&caller.service.sub, &caller.operator.sub),
+        mine: Mutex::new(Vec::new()),
+        unsure: Mutex::new(None),
     };
     // Acting for another operator is the clearest sign of an agent overreaching: audited.
     if let Err(e) = caller.check_requested_by(&req.requested_by) {
@@ -287,8 +346,16 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
         )
         .await?;
 
+    // Our last commit failed ambiguously: the key says whether it happened.
+    let unsure = ctx.take_unsure();
+
     // 2. The idempotency key.
     if let Some(rec) = snap.key {
+        if let Some(action) = ctx.own(&rec) {
+            // Our own commit, whose answer was lost or whose conditions a retry of it
+            // failed: carry on from it.
+            return own_decision(ctx, &rec, action, now).await;
+        }
         if rec.fingerprint != ctx.fingerprint {
             let e = ApiError::new(
                 Code::IdempotencyKeyReused,
@@ -298,7 +365,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
             return Err(ctx.reject(e, None).await);
         }
         return match rec.state.clone() {
-            KeyState::Decided { decision } => match accepted(&decision) {
+            KeyState::Decided { decision, .. } => match accepted(&decision) {
                 Some(a) => {
                     let mut audit = ctx.audit(now, "duplicate");
                     audit.action_id = Some(a.action_id.clone());
@@ -336,10 +403,14 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 Err(ctx.reject(e, None).await)
             }
             KeyState::Claimed { action_id, .. } => {
-                // The first attempt committed but never finished: resume at the enqueue.
+                // The first attempt committed but its send failed: resume at the enqueue.
                 resume(st, &rec, &action_id, ctx.facts.request_id, now).await
             }
         };
+    }
+    // Our last commit failed ambiguously and did not happen: that failure is the answer.
+    if let Some(e) = unsure {
+        return Err(e);
     }
 
     // 3. The confirmation token, locally (no signer call).
@@ -443,6 +514,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
     match verdict {
         Verdict::Accept { .. } => Ok(None),
         Verdict::Reject { error, close } => {
+            let owner = new_id("own", now);
             let commit = ExecuteCommit {
                 key: key_record(
                     ctx,
@@ -453,6 +525,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                             message: error.message.clone(),
                             details: error.details.clone(),
                         },
+                        owner: Some(owner.clone()),
                     },
                 ),
                 key_condition: KeyCondition::Absent,
@@ -471,11 +544,59 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 action: None,
                 audit: ctx.audit_rejection(now, &error, Some(&plan)),
             };
-            match st.ledger.commit(&commit, now).await? {
-                CommitOutcome::Committed => Err(error),
-                CommitOutcome::Conflict(_) => Ok(None),
+            ctx.remember(&owner, None);
+            match st.ledger.commit(&commit, now).await {
+                Ok(CommitOutcome::Committed) => Err(error),
+                Ok(CommitOutcome::Conflict(_)) => Ok(None),
+                Err(e) => {
+                    ctx.set_unsure(e.into());
+                    Ok(None)
+                }
             }
         }
+    }
+}
+
+/// The key holds a decision this request committed: answer it. An accepted action is sent
+/// now (the queue drops a second copy by its id, if the first send went through).
+async fn own_decision(
+    ctx: &Ctx<'_>,
+    rec: &KeyRecord,
+    action: Option<ActionRecord>,
+    now: Millis,
+) -> Result<Option<ExecuteOutcome>, ApiError> {
+    let owner = rec.owner().unwrap_or_default();
+    match (&rec.state, action) {
+        (KeyState::Decided { decision, .. }, Some(action)) if accepted(decision).is_some() => {
+            send(&ctx.state.dispatch, rec, owner, &action, now).await?;
+            Ok(Some(ExecuteOutcome::Queued(accepted_action(&action))))
+        }
+        (
+            KeyState::Decided {
+                decision:
+                    Decision::Rejected {
+                        code,
+                        message,
+                        details,
+                    },
+                ..
+            },
+            _,
+        ) => Err(replayed_rejection(code, message, details)),
+        _ => Err(ApiError::internal(format!(
+            "execute: this request's key record {} is in an unexpected state",
+            rec.key
+        ))),
+    }
+}
+
+fn accepted_action(action: &ActionRecord) -> Accepted {
+    Accepted {
+        action_id: action.action_id.clone(),
+        status: "queued",
+        queue_target: action.queue_target,
+        resource_refs: action.resource_refs.clone(),
+        plan_id: action.plan_id.clone(),
     }
 }
 
@@ -800,7 +921,7 @@ async fn accept(
         updated_at: now,
         error: None,
     };
-    let lease_owner = new_id("lease", now);
+    let owner = new_id("own", now);
     let mut audit = ctx.audit(now, "queued");
     audit.action_type = Some(plan.action_type);
     audit.action_id = Some(action_id.clone());
@@ -811,13 +932,18 @@ async fn accept(
     audit.job_id = refs.job_id.clone();
     audit.chat_session_id = action.message.trace.chat_session_id.clone();
     audit.tool_call_id = action.message.trace.tool_call_id.clone();
+    // Decided at the atomic step: nothing is written after the send.
     let key = key_record(
         ctx,
         now,
-        KeyState::Claimed {
-            lease_owner: lease_owner.clone(),
-            lease_until: now + st.lease_ms,
-            action_id: action_id.clone(),
+        KeyState::Decided {
+            decision: Decision::Queued {
+                action_id: action_id.clone(),
+                plan_id: plan.plan_id.clone(),
+                queue_target: action.queue_target,
+                resource_refs: refs.clone(),
+            },
+            owner: Some(owner.clone()),
         },
     );
     let commit = ExecuteCommit {
@@ -840,55 +966,65 @@ async fn accept(
         action: Some(action.clone()),
         audit,
     };
-    match st.ledger.commit(&commit, now).await? {
-        CommitOutcome::Conflict(Conflict::Position) => return Ok(Attempt::PositionMoved),
-        CommitOutcome::Conflict(Conflict::Account) => return Ok(Attempt::AccountInactive),
-        CommitOutcome::Conflict(_) => return Ok(Attempt::Retry),
-        CommitOutcome::Committed => {}
+    // Remembered before the commit: after a lost reply, the key found ours is this one.
+    ctx.remember(&owner, Some(&action));
+    let committed = match st.ledger.commit(&commit, now).await {
+        // Test-only: the write happened but its reply was lost (the request cannot tell).
+        Ok(CommitOutcome::Committed) if crate::failpoint::hit("execute.commit_reply_lost") => Err(
+            crate::error::StoreError::Unavailable("failpoint execute.commit_reply_lost".into()),
+        ),
+        other => other,
+    };
+    match committed {
+        Ok(CommitOutcome::Conflict(Conflict::Position)) => return Ok(Attempt::PositionMoved),
+        Ok(CommitOutcome::Conflict(Conflict::Account)) => return Ok(Attempt::AccountInactive),
+        Ok(CommitOutcome::Conflict(_)) => return Ok(Attempt::Retry),
+        Err(e) => {
+            // The write may have happened: read again; the key says whether it did.
+            ctx.set_unsure(e.into());
+            return Ok(Attempt::Retry);
+        }
+        Ok(CommitOutcome::Committed) => {}
     }
     if crate::failpoint::hit("execute.after_commit") {
         // Simulates a crash between the atomic step and the enqueue.
         tracing::error!(action_id = %action_id, "failpoint execute.after_commit: aborting");
         std::process::abort();
     }
-    send_and_finish(&st.dispatch, &key, &lease_owner, &action, now).await?;
-    Ok(Attempt::Done(ExecuteOutcome::Queued(Accepted {
-        action_id,
-        status: "queued",
-        queue_target: action.queue_target,
-        resource_refs: refs,
-        plan_id: plan.plan_id.clone(),
-    })))
+    send(&st.dispatch, &key, &owner, &action, now).await?;
+    Ok(Attempt::Done(ExecuteOutcome::Queued(accepted_action(
+        &action,
+    ))))
 }
 
-/// Steps 5 and 6: send the stored message, then mark the key decided while holding the
-/// lease. A send error leaves the key claimed, but gives its lease up at once, so the
-/// caller's retry with the same key resumes (and sends) without waiting for the lease to
-/// run out; if nobody retries, the sweeper sends it. The caller gets 503 with the action's
-/// id and `Retry-After`.
-pub(crate) async fn send_and_finish(
+/// Sends an accepted action's stored message, deduplicated on its id.
+pub(crate) async fn send_message(d: &Dispatch, action: &ActionRecord) -> Result<(), ApiError> {
+    if crate::failpoint::hit("dispatch.send_fails") {
+        return Err(ApiError::unavailable("failpoint dispatch.send_fails"));
+    }
+    Ok(d.queue
+        .send(
+            &action.message,
+            &action.action_type.message_group(&action.account_id),
+            &action.action_id,
+        )
+        .await?)
+}
+
+/// Step 5: send the stored message of an action whose key `owner` holds. A send error
+/// gives the key back at once (a claim by `owner` whose lease has ended), so the caller's
+/// retry with the same key resumes and sends without waiting; if nobody retries, the
+/// sweeper sends it. The caller gets 503 with the action's id and `Retry-After`.
+pub(crate) async fn send(
     d: &Dispatch,
     key: &KeyRecord,
-    lease_owner: &str,
+    owner: &str,
     action: &ActionRecord,
     now: Millis,
-) -> Result<bool, ApiError> {
-    let sent = if crate::failpoint::hit("dispatch.send_fails") {
-        Err(crate::error::StoreError::Unavailable(
-            "failpoint dispatch.send_fails".into(),
-        ))
-    } else {
-        d.queue
-            .send(
-                &action.message,
-                &action.action_type.message_group(&action.account_id),
-                &action.action_id,
-            )
-            .await
-    };
-    if let Err(e) = sent {
-        if let Err(release) = release_lease(d, key, lease_owner, now).await {
-            tracing::warn!(error = %release, "could not give up the lease after a failed send");
+) -> Result<(), ApiError> {
+    if let Err(e) = send_message(d, action).await {
+        if let Err(release) = release_lease(d, key, owner, &action.action_id, now).await {
+            tracing::warn!(error = %release, "could not give the key back after a failed send");
         }
         let mut err = ApiError::new(
             Code::UpstreamUnavailable,
@@ -900,10 +1036,27 @@ pub(crate) async fn send_and_finish(
             "the action was accepted but not yet queued; retry with the same key",
         )
         .retry_after(1);
-        err.cause = Some(format!("enqueue {}: {e}", action.action_id));
+        err.cause = Some(format!(
+            "enqueue {}: {}",
+            action.action_id,
+            e.cause.as_deref().unwrap_or(&e.message)
+        ));
         err.action_id = Some(action.action_id.clone());
         return Err(err);
     }
+    Ok(())
+}
+
+/// A retry or the sweeper holding the lease of a claimed key: send, then decide the key
+/// (`queued`, this action) and mark the action sent, only while still holding it.
+pub(crate) async fn send_and_finish(
+    d: &Dispatch,
+    key: &KeyRecord,
+    lease_owner: &str,
+    action: &ActionRecord,
+    now: Millis,
+) -> Result<bool, ApiError> {
+    send(d, key, lease_owner, action, now).await?;
     mark_sent(d, key, lease_owner, action, now).await
 }
 
@@ -924,6 +1077,7 @@ pub(crate) async fn mark_sent(
             queue_target: action.queue_target,
             resource_refs: action.resource_refs.clone(),
         },
+        owner: Some(lease_owner.to_string()),
     };
     Ok(d.ledger
         .mark_sent(&decided, lease_owner, &action.action_id, now)
@@ -956,22 +1110,21 @@ pub(crate) async fn take_lease(
     Ok(d.ledger.take_over(&claim, lease_owner).await?)
 }
 
-/// Gives up `owner`'s lease on a claimed key (it ends now), only while `owner` holds it:
-/// whoever comes next may take the key over at once.
+/// Gives the key of `action_id` back, only while `owner` holds it (its claim, or its
+/// decision from the atomic step): a claim whose lease ends now, which whoever comes next
+/// (the caller's retry, the sweeper) takes over at once to send the action.
 async fn release_lease(
     d: &Dispatch,
     key: &KeyRecord,
     owner: &str,
+    action_id: &str,
     now: Millis,
 ) -> Result<bool, ApiError> {
-    let KeyState::Claimed { action_id, .. } = &key.state else {
-        return Ok(false);
-    };
     let mut released = key.clone();
     released.state = KeyState::Claimed {
         lease_owner: owner.to_string(),
         lease_until: now,
-        action_id: action_id.clone(),
+        action_id: action_id.to_string(),
     };
     Ok(d.ledger.take_over(&released, owner).await?)
 }
@@ -1001,13 +1154,7 @@ async fn resume(
         now,
     );
     st.audit.append(&audit).await?;
-    Ok(Some(ExecuteOutcome::Queued(Accepted {
-        action_id: action.action_id.clone(),
-        status: "queued",
-        queue_target: action.queue_target,
-        resource_refs: action.resource_refs.clone(),
-        plan_id: action.plan_id.clone(),
-    })))
+    Ok(Some(ExecuteOutcome::Queued(accepted_action(&action))))
 }
 
 /// The audit record of an action sent late, by a retry or by the sweeper.

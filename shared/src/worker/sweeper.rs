@@ -1,6 +1,11 @@
-//! The sweeper: actions accepted at the atomic step but never sent (a crash between the
-//! commit and the enqueue, and nobody retried) are sent after `sweep_after_ms`. It takes
-//! the key's lease like any retry, so it never races a live attempt.
+//! The sweeper: actions accepted at the atomic step and still not delivered after
+//! `sweep_after_ms` are sent (again). Execute writes nothing after its send, so an action
+//! counts as unsent until a worker first moves its status; most of what the sweeper finds
+//! was sent and is still waiting in the queue, and the resend is dropped by the queue's
+//! deduplication on the action id (or, after its window, by the worker, idempotent on the
+//! action id). What it is there for: a crash between the commit and the send (the key is
+//! decided: it sends), and a send that failed (the key was given back as an ended claim:
+//! it takes the key's lease like any retry, sends and decides the key).
 //!
 //! An order submission is not sent while the kill switch is engaged: its order is
 //! recorded `rejected`, the action `failed` with `kill_switch_engaged: ...`, and the key
@@ -20,10 +25,12 @@ use crate::clock::SharedClock;
 use crate::domain::{new_id, ActionStatus, Millis};
 use crate::error::ApiError;
 use crate::ports::{ActionStore, AuditLog};
-use crate::protocol::execute::{mark_sent, resent_audit, send_and_finish, take_lease, Dispatch};
+use crate::protocol::execute::{
+    mark_sent, resent_audit, send_and_finish, send_message, take_lease, Dispatch,
+};
 
 use super::Worker;
-use crate::records::{ActionRecord, KeyRecord, KeyState};
+use crate::records::{ActionRecord, Decision, KeyRecord, KeyState};
 
 /// The first page of unsent actions; each further page doubles it.
 const PAGE: u32 = 100;
@@ -146,14 +153,20 @@ async fn sweep_action(st: &Sweeper, action: &ActionRecord, now: Millis) -> Resul
         // waited unsent for the whole replay window. Too late to act on; never sent.
         return retire(st, action, now).await;
     };
-    let KeyState::Claimed {
-        lease_until,
-        action_id,
-        ..
-    } = &key.state
-    else {
-        tracing::error!("unsent action whose idempotency record is decided; it cannot be sent");
-        return Ok(Swept::Skipped);
+    let (lease_until, action_id) = match &key.state {
+        KeyState::Claimed {
+            lease_until,
+            action_id,
+            ..
+        } => (lease_until, action_id),
+        KeyState::Decided {
+            decision: Decision::Queued { action_id, .. },
+            ..
+        } if *action_id == action.action_id => return sweep_decided(st, &key, action, now).await,
+        KeyState::Decided { .. } => {
+            tracing::error!("the idempotency record of an unsent action decided otherwise");
+            return Ok(Swept::Skipped);
+        }
     };
     if *action_id != action.action_id {
         tracing::error!(key_action = %action_id, "the idempotency record names another action");
@@ -166,25 +179,58 @@ async fn sweep_action(st: &Sweeper, action: &ActionRecord, now: Millis) -> Resul
     if !take_lease(&st.dispatch, &key, &owner, now + st.lease_ms).await? {
         return Ok(Swept::Skipped);
     }
+    let held = Some((&key, owner.as_str()));
     if matches!(
         action.status,
         ActionStatus::Succeeded | ActionStatus::Failed
     ) {
-        settle(st, &key, &owner, action, now).await?;
+        settle(st, held, action, now).await?;
         return Ok(Swept::Settled);
     }
     if action.action_type.is_order_submission() {
         if let Some(why) = super::refuse_unsent_submission(&st.worker, action).await? {
-            return refuse(st, &key, &owner, action, &why, now).await;
+            return refuse(st, held, action, &why, now).await;
         }
     }
     send_and_finish(&st.dispatch, &key, &owner, action, now).await?;
-    tracing::warn!("sweeper sent an action left unsent");
+    resent(st, action, now).await
+}
+
+/// An action whose key the atomic step decided, not yet delivered: its send was lost (a
+/// crash) or it is still waiting in the queue. Sent again (deduplicated on its id), and
+/// taken out of the unsent listing.
+async fn sweep_decided(
+    st: &Sweeper,
+    key: &KeyRecord,
+    action: &ActionRecord,
+    now: Millis,
+) -> Result<Swept, ApiError> {
+    if matches!(
+        action.status,
+        ActionStatus::Succeeded | ActionStatus::Failed
+    ) {
+        settle(st, None, action, now).await?;
+        return Ok(Swept::Settled);
+    }
+    if action.action_type.is_order_submission() {
+        if let Some(why) = super::refuse_unsent_submission(&st.worker, action).await? {
+            return refuse(st, None, action, &why, now).await;
+        }
+    }
+    send_message(&st.dispatch, action).await?;
+    if !st.actions.clear_unsent(&action.action_id, now).await? {
+        tracing::debug!(idempotency_key = %key.key, "delivered meanwhile");
+    }
+    resent(st, action, now).await
+}
+
+async fn resent(st: &Sweeper, action: &ActionRecord, now: Millis) -> Result<Swept, ApiError> {
+    tracing::warn!("sweeper sent an action not delivered after its execute");
     st.audit
         .append(&resent_audit(
             action,
-            &key.key,
-            "the sweeper sent an action that was accepted but never queued",
+            &action.idempotency_key,
+            "the sweeper sent an action that was accepted but not delivered",
             action.message.trace.request_id.clone(),
             now,
         ))
@@ -193,11 +239,11 @@ async fn sweep_action(st: &Sweeper, action: &ActionRecord, now: Millis) -> Resul
 }
 
 /// The kill switch is engaged: the order submission is failed unsent, audited, and its key
-/// settled.
+/// settled. `held`: the claimed key and the lease the sweeper holds on it, if it is not
+/// decided yet.
 async fn refuse(
     st: &Sweeper,
-    key: &KeyRecord,
-    owner: &str,
+    held: Option<(&KeyRecord, &str)>,
     action: &ActionRecord,
     why: &str,
     now: Millis,
@@ -212,11 +258,14 @@ async fn refuse(
             now,
         )
         .await?;
-    settle(st, key, owner, action, now).await?;
+    // Failing the action took it out of the unsent listing; a claimed key is decided.
+    if held.is_some() {
+        settle(st, held, action, now).await?;
+    }
     tracing::warn!(reason = %why, "sweeper did not send an order: the kill switch is engaged");
     let mut audit = resent_audit(
         action,
-        &key.key,
+        &action.idempotency_key,
         why,
         action.message.trace.request_id.clone(),
         now,
@@ -238,7 +287,9 @@ async fn retire(st: &Sweeper, action: &ActionRecord, now: Millis) -> Result<Swep
         // A worker has its order: it was sent after all.
         return Ok(Swept::Skipped);
     }
-    st.worker
+    // Moving the status takes it out of the unsent listing.
+    let moved = st
+        .worker
         .store
         .set_action_status(
             &action.action_id,
@@ -248,8 +299,10 @@ async fn retire(st: &Sweeper, action: &ActionRecord, now: Millis) -> Result<Swep
             now,
         )
         .await?;
-    if !st.actions.retire_unsent(&action.action_id, now).await? {
-        return Ok(Swept::Skipped);
+    if !moved {
+        // A worker moved it meanwhile: it was delivered after all.
+        st.actions.clear_unsent(&action.action_id, now).await?;
+        return Ok(Swept::Settled);
     }
     tracing::error!(reason = %why, "sweeper retired an action never sent");
     let mut audit = resent_audit(
@@ -268,18 +321,22 @@ async fn retire(st: &Sweeper, action: &ActionRecord, now: Millis) -> Result<Swep
 /// The reason code of an action the sweeper retired unsent.
 pub const EXPIRED_UNSENT: &str = "expired_unsent";
 
-/// Decides the key as the atomic step decided (`queued`, this action) without sending, so
-/// the action leaves the unsent index; a retry of the key then replays that decision, and
-/// the action's own status says how it ended.
+/// Takes a finished or refused action out of the unsent listing without sending it: a
+/// claimed key (`held`, with the sweeper's lease) is decided as the atomic step decided
+/// (`queued`, this action), so a retry of the key replays that decision, and the action's
+/// own status says how it ended.
 async fn settle(
     st: &Sweeper,
-    key: &KeyRecord,
-    owner: &str,
+    held: Option<(&KeyRecord, &str)>,
     action: &ActionRecord,
     now: Millis,
 ) -> Result<(), ApiError> {
-    if !mark_sent(&st.dispatch, key, owner, action, now).await? {
-        tracing::warn!("lost the key's lease before settling it; a later pass will");
+    let done = match held {
+        Some((key, owner)) => mark_sent(&st.dispatch, key, owner, action, now).await?,
+        None => st.actions.clear_unsent(&action.action_id, now).await?,
+    };
+    if !done {
+        tracing::warn!("the action changed before it was settled; a later pass will look again");
     }
     Ok(())
 }

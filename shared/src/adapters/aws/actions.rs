@@ -65,7 +65,7 @@ impl ActionStore for Aws {
         Ok(out)
     }
 
-    async fn retire_unsent(&self, action_id: &str, now: Millis) -> StoreResult<bool> {
+    async fn clear_unsent(&self, action_id: &str, now: Millis) -> StoreResult<bool> {
         let r = self
             .ddb
             .update_item()

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use std::collections::HashMap;
 
-pub(super) fn audit_put(table: &str, a: &AuditRecord) -> StoreResult<TransactWriteItem> {
-    let item: Item = HashMap::from([
+fn audit_item(a: &AuditRecord) -> StoreResult<Item> {
+    Ok(HashMap::from([
         (
             "plan_id".to_string(),
             s(a.plan_id.clone().unwrap_or_else(|| NO_DESK.into())),
@@ -19,11 +19,17 @@ pub(super) fn audit_put(table: &str, a: &AuditRecord) -> StoreResult<TransactWri
         ("seq".to_string(), s(time_key(a.at, &a.audit_id))),
         ("at".to_string(), n(a.at)),
         ("body".to_string(), ddb::body(a)?),
-    ]);
+    ]))
+}
+
+/// Appends never overwrite: a record's sort key is its time and unique id.
+const APPEND_ONLY: &str = "attribute_not_exists(seq)";
+
+pub(super) fn audit_put(table: &str, a: &AuditRecord) -> StoreResult<TransactWriteItem> {
     let put = Put::builder()
         .table_name(table)
-        .set_item(Some(item))
-        .condition_expression("attribute_not_exists(seq)")
+        .set_item(Some(audit_item(a)?))
+        .condition_expression(APPEND_ONLY)
         .build()
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     Ok(TransactWriteItem::builder().put(put).build())
@@ -33,11 +39,13 @@ pub(super) fn audit_put(table: &str, a: &AuditRecord) -> StoreResult<TransactWri
 impl AuditLog for Aws {
     async fn append(&self, rec: &AuditRecord) -> StoreResult<()> {
         self.ddb
-            .transact_write_items()
-            .transact_items(audit_put(&self.names.audit, rec)?)
+            .put_item()
+            .table_name(&self.names.audit)
+            .set_item(Some(audit_item(rec)?))
+            .condition_expression(APPEND_ONLY)
             .send()
             .await
-            .map_err(|e| unavailable("append audit", &e))?;
+            .map_err(|e| unavailable("PutItem audit", &e))?;
         Ok(())
     }
 

@@ -272,15 +272,22 @@ fn call_log() -> Option<&'static CallLog> {
 }
 
 /// Appends the permissions of one call to the call log, if [`CALL_LOG_ENV`] names one.
+/// Lines of one call share `pid` and `call` (this process's count of calls), and name the
+/// operation: how many calls a request made can be counted (`BENCHMARKS.md`).
 pub(super) fn record(service: &str, operation: &str, input: &Input) {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let Some(log) = call_log() else {
         return;
     };
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     for p in permissions(service, operation, input) {
         let mut line = serde_json::json!({
             "function": log.function,
             "action": p.action,
             "resource": p.resource,
+            "operation": format!("{service}.{operation}"),
+            "pid": std::process::id(),
+            "call": call,
         })
         .to_string();
         line.push('\n');

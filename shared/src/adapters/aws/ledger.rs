@@ -14,7 +14,7 @@ use crate::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{KeyRecord, KeyState, RateState};
+use crate::records::{KeyRecord, RateState};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -28,8 +28,8 @@ pub(super) fn key_item(k: &KeyRecord) -> StoreResult<Item> {
         ("ttl".to_string(), ddb::ttl_seconds(k.expires_at)),
         ("body".to_string(), ddb::body(k)?),
     ]);
-    if let KeyState::Claimed { lease_owner, .. } = &k.state {
-        item.insert("lease_owner".into(), s(lease_owner.clone()));
+    if let Some(owner) = k.owner() {
+        item.insert("lease_owner".into(), s(owner));
     }
     Ok(item)
 }
@@ -299,10 +299,14 @@ impl ExecuteLedger for Aws {
         items.push(audit_put(&n_.audit, &c.audit)?);
         kinds.push(Conflict::Key);
 
+        // The attempt's owner token as the client request token: a retry of this call
+        // after a lost reply succeeds as the original did (DynamoDB keeps it 10 minutes)
+        // instead of failing on its own writes.
         match self
             .ddb
             .transact_write_items()
             .set_transact_items(Some(items))
+            .set_client_request_token(c.key.owner().map(String::from))
             .send()
             .await
         {

@@ -165,12 +165,15 @@ impl WorkerStore for Aws {
             up = up.expression_attribute_values(m.clone(), s(st.as_str()));
         }
         up = up.condition_expression(format!("#st IN ({})", marks.join(", ")));
+        // A status a worker moved was delivered: out of the sweeper's unsent index.
+        const MOVED: &str =
+            "SET #st = :to, updated_at = :now, enqueued_at = if_not_exists(enqueued_at, :now)";
         up = match error {
             Some(e) => up
-                .update_expression("SET #st = :to, updated_at = :now, #err = :e")
+                .update_expression(format!("{MOVED}, #err = :e REMOVE unsent"))
                 .expression_attribute_names("#err", "error")
                 .expression_attribute_values(":e", s(e)),
-            None => up.update_expression("SET #st = :to, updated_at = :now"),
+            None => up.update_expression(format!("{MOVED} REMOVE unsent")),
         };
         match up.send().await {
             Ok(_) => Ok(true),

@@ -45,7 +45,7 @@ impl ActionStore for Sqlite {
         .await
     }
 
-    async fn retire_unsent(&self, action_id: &str, now: i64) -> StoreResult<bool> {
+    async fn clear_unsent(&self, action_id: &str, now: i64) -> StoreResult<bool> {
         let id = action_id.to_string();
         self.write(move |tx| {
             let Some(text) = one_body(

@@ -14,7 +14,7 @@ use crate::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{KeyRecord, KeyState, PlanStatus, RateState};
+use crate::records::{KeyRecord, PlanStatus, RateState};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -33,28 +33,13 @@ pub(super) fn load_key(
     .transpose()
 }
 
-pub(super) fn lease_owner(k: &KeyRecord) -> Option<&str> {
-    match &k.state {
-        KeyState::Claimed { lease_owner, .. } => Some(lease_owner),
-        KeyState::Decided { .. } => None,
-    }
-}
-
 pub(super) fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
     let text = serde_json::to_string(k).map_err(json_err)?;
     c.prepare_cached(
         "INSERT OR REPLACE INTO idempotency_keys (principal, key, lease_owner, expires_at, body) \
          VALUES (?, ?, ?, ?, ?)",
     )
-    .and_then(|mut st| {
-        st.execute(params![
-            k.principal,
-            k.key,
-            lease_owner(k),
-            k.expires_at,
-            text
-        ])
-    })
+    .and_then(|mut st| st.execute(params![k.principal, k.key, k.owner(), k.expires_at, text]))
     .map_err(db_err)?;
     Ok(())
 }
@@ -84,7 +69,7 @@ pub(super) fn check(
     let existing = load_key(tx, &commit.key.principal, &commit.key.key, now)?;
     let key_ok = match (&commit.key_condition, &existing) {
         (KeyCondition::Absent, None) => true,
-        (KeyCondition::ClaimedBy(owner), Some(k)) => lease_owner(k) == Some(owner.as_str()),
+        (KeyCondition::ClaimedBy(owner), Some(k)) => k.owner() == Some(owner.as_str()),
         _ => false,
     };
     if !key_ok {
@@ -258,7 +243,7 @@ impl ExecuteLedger for Sqlite {
         );
         self.write(move |tx| {
             let held = load_key(tx, &decided.principal, &decided.key, now)?;
-            if held.as_ref().and_then(lease_owner) != Some(owner.as_str()) {
+            if held.as_ref().and_then(KeyRecord::owner) != Some(owner.as_str()) {
                 return Ok(false);
             }
             let Some(action_text) = one_body(
@@ -291,7 +276,7 @@ impl ExecuteLedger for Sqlite {
         let (claim, old) = (claim.clone(), old_owner.to_string());
         self.write(move |tx| {
             let held = load_key(tx, &claim.principal, &claim.key, i64::MIN)?;
-            if held.as_ref().and_then(lease_owner) != Some(old.as_str()) {
+            if held.as_ref().and_then(KeyRecord::owner) != Some(old.as_str()) {
                 return Ok(false);
             }
             put_key(tx, &claim)?;

@@ -184,10 +184,12 @@ impl WorkerStore for Sqlite {
             a.status = to;
             a.error = error.clone();
             a.updated_at = now.max(a.updated_at);
+            // A status a worker moved was delivered: out of the sweeper's unsent listing.
+            a.enqueued_at = a.enqueued_at.or(Some(now));
             let body = serde_json::to_string(&a).map_err(json_err)?;
             tx.execute(
-                "UPDATE actions SET body = ? WHERE action_id = ?",
-                params![body, id],
+                "UPDATE actions SET body = ?, enqueued_at = ? WHERE action_id = ?",
+                params![body, a.enqueued_at, id],
             )
             .map_err(db_err)?;
             Ok(true)
