@@ -96,10 +96,13 @@ pub struct Aws {
     pub names: Arc<Names>,
 }
 
-/// The most AWS calls one API request makes one after the other: execute's first accept
-/// (the snapshot, the commit, the send, the finishing write). With each call bounded by the
-/// operation timeout, a request with stalled calls still answers (503) before its
-/// function's timeout; a test checks this against the template.
+/// The most operation timeouts one API request can wait out before it answers. A stalled
+/// call fails the request, after at most one more call: the re-read after a commit whose
+/// outcome is unknown, or giving the key back after a failed send. So a request waits on
+/// at most two stalled calls; four leaves room for the fast calls before them (a first
+/// execute makes three in all). With each call bounded by the operation timeout, a request
+/// with stalled calls still answers (503) before its function's timeout; a test checks
+/// this against the template.
 pub const MAX_SEQUENTIAL_CALLS: u64 = 4;
 
 /// How long the in-process consumer's `ReceiveMessage` long-polls, seconds; its call limits
