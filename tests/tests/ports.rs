@@ -12,15 +12,17 @@ use airlock::adapters::keys;
 use airlock::adapters::local_signer::LocalSigner;
 use airlock::adapters::sqlite::Sqlite;
 use airlock::app::Ports;
+use airlock::auth::DeskScope;
 use airlock::config::AwsConfig;
 use airlock::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
 use airlock::domain::{
-    Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Millis, Order,
-    OrderStatus, OrderTerms, OrderType, Position, QueueTarget, Side, TimeInForce,
+    Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Job, JobKind,
+    JobStatus, Millis, Order, OrderStatus, OrderTerms, OrderType, Position, QueueTarget, Side,
+    TimeInForce,
 };
 use airlock::ports::{
-    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, PlanChange, PositionChange, Reservation,
-    Signer,
+    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, Page, PlanChange, PositionChange,
+    PositionsReplacement, Reservation, Signer,
 };
 use airlock::records::{
     ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
@@ -1276,3 +1278,95 @@ async fn clear_unsent_takes_an_action_out_once(b: Backend) {
     );
 }
 both!(clear_unsent_takes_an_action_out_once);
+
+/// A sync replacing more positions than one DynamoDB transaction can hold (100 items; each
+/// position is a write and an exposure move) writes them all, and the job once.
+async fn a_sync_replaces_more_positions_than_one_transaction_holds(b: Backend) {
+    let e = env(b).await;
+    let w = &e.p.workers;
+    e.p.read_models
+        .put_accounts(&[account("ACC-B", AccountStatus::Active)])
+        .await
+        .unwrap();
+    let running = Job {
+        job_id: "job-big".into(),
+        kind: JobKind::PositionsSync,
+        status: JobStatus::Running,
+        account_id: Some("ACC-B".into()),
+        action_id: Some("act-big".into()),
+        created_at: NOW,
+        updated_at: NOW,
+        error: None,
+        result: None,
+    };
+    w.create_job(&running).await.unwrap();
+    let rows = |n: usize, qty: i64| -> Vec<Position> {
+        (0..n)
+            .map(|i| Position {
+                account_id: "ACC-B".into(),
+                symbol: format!("SYM{i:03}"),
+                quantity: qty,
+                avg_price: None,
+                updated_at: NOW,
+            })
+            .collect()
+    };
+    let after = rows(150, 2);
+    let done = Job {
+        status: JobStatus::Succeeded,
+        ..running.clone()
+    };
+    let result = serde_json::json!({"positions": 150});
+    let replaced = w
+        .finish_job(
+            &done,
+            &result,
+            Some(&PositionsReplacement {
+                account_id: "ACC-B",
+                before: &[],
+                after: &after,
+            }),
+        )
+        .await
+        .unwrap();
+    assert!(replaced);
+    let page = Page {
+        after: None,
+        limit: 10_000,
+    };
+    let held =
+        e.p.positions
+            .list_positions(&DeskScope::All, Some("ACC-B"), &page)
+            .await
+            .unwrap();
+    assert_eq!(held.len(), 150, "every position written");
+    assert!(held.iter().all(|p| p.quantity == 2));
+    assert_eq!(
+        e.p.positions
+            .get_exposure("ACC-B", "SYM149")
+            .await
+            .unwrap()
+            .position,
+        2,
+        "the exposure moved with the position"
+    );
+    assert_eq!(
+        w.create_job(&running).await.unwrap().status,
+        JobStatus::Succeeded,
+        "the job finished (a create returns the stored job)"
+    );
+    // Finished: the same write again changes nothing.
+    assert!(!w
+        .finish_job(
+            &done,
+            &result,
+            Some(&PositionsReplacement {
+                account_id: "ACC-B",
+                before: &[],
+                after: &after,
+            }),
+        )
+        .await
+        .unwrap());
+}
+both!(a_sync_replaces_more_positions_than_one_transaction_holds);

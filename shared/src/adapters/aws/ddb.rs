@@ -101,3 +101,38 @@ pub fn exposure_from_item(item: Option<&Item>) -> crate::domain::Exposure {
         None => crate::domain::Exposure::default(),
     }
 }
+
+/// Tries of a batch call while DynamoDB leaves keys or items unprocessed (it does so when
+/// a partition is throttled): the first try and up to five resends of what is left.
+pub const BATCH_TRIES: u32 = 6;
+
+/// The longest wait before resend `attempt` (1-based) of what a batch call left
+/// unprocessed: exponential from 25 ms, capped at 400 ms (all resends together stay well
+/// inside one call's operation timeout).
+pub fn backoff_ceiling_ms(attempt: u32) -> u64 {
+    (25u64 << attempt.saturating_sub(1).min(8)).min(400)
+}
+
+/// Waits before resend `attempt` of unprocessed keys or items: a random time up to the
+/// ceiling ("full jitter"), so resends of throttled batches do not arrive back to back.
+pub async fn backoff(attempt: u32) {
+    use rand::Rng;
+    let ms = rand::thread_rng().gen_range(0..=backoff_ceiling_ms(attempt));
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn resends_back_off_exponentially_up_to_a_cap_inside_one_call_budget() {
+        let ceilings: Vec<u64> = (1..BATCH_TRIES).map(backoff_ceiling_ms).collect();
+        assert_eq!(ceilings, [25, 50, 100, 200, 400]);
+        assert_eq!(backoff_ceiling_ms(40), 400, "capped, no overflow");
+        assert!(
+            ceilings.iter().sum::<u64>() < 1000,
+            "below one call's 2 s budget"
+        );
+    }
+}

@@ -104,7 +104,10 @@ impl ExecuteLedger for Aws {
             ),
         ]);
         let mut got: HashMap<String, Vec<Item>> = HashMap::new();
-        for _ in 0..8 {
+        for attempt in 0..ddb::BATCH_TRIES {
+            if attempt > 0 {
+                ddb::backoff(attempt).await;
+            }
             let o = self
                 .ddb
                 .batch_get_item()

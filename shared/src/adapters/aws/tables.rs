@@ -173,9 +173,12 @@ impl Aws {
                         .map_err(|e| StoreError::Corrupt(e.to_string()))
                 })
                 .collect::<StoreResult<_>>()?;
-            for _ in 0..8 {
+            for attempt in 0..super::ddb::BATCH_TRIES {
                 if pending.is_empty() {
                     break;
+                }
+                if attempt > 0 {
+                    super::ddb::backoff(attempt).await;
                 }
                 let o = self
                     .ddb

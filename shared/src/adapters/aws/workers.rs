@@ -89,9 +89,11 @@ impl WorkerStore for Aws {
             .expression_attribute_values(":to", s(j.status.as_str()))
             .expression_attribute_values(":running", s("running"))
             .expression_attribute_values(":body", ddb::body(j)?);
-        let mut items = vec![TransactWriteItem::builder()
+        let job_item = TransactWriteItem::builder()
             .update(built(up.build())?)
-            .build()];
+            .build();
+        // One group per position: its write and its exposure move, never split.
+        let mut groups: Vec<Vec<TransactWriteItem>> = Vec::new();
         if let Some(r) = positions {
             // Conditional on the positions the sync read (`before`): a fill recorded in
             // between changes a quantity and the whole write fails.
@@ -109,12 +111,12 @@ impl WorkerStore for Aws {
                     .key("symbol", s(p.symbol.clone()))
                     .condition_expression("quantity = :q")
                     .expression_attribute_values(":q", n(p.quantity));
-                items.push(
+                groups.push(vec![
                     TransactWriteItem::builder()
                         .delete(built(del.build())?)
                         .build(),
-                );
-                items.push(self.position_moved(account, &p.symbol, -p.quantity)?);
+                    self.position_moved(account, &p.symbol, -p.quantity)?,
+                ]);
             }
             for p in rows {
                 let before = held(&p.symbol).map(|h| h.quantity);
@@ -130,18 +132,33 @@ impl WorkerStore for Aws {
                         .expression_attribute_values(":q", n(q)),
                     None => put.condition_expression("attribute_not_exists(account_id)"),
                 };
-                items.push(
-                    TransactWriteItem::builder()
-                        .put(built(put.build())?)
-                        .build(),
-                );
+                let mut group = vec![TransactWriteItem::builder()
+                    .put(built(put.build())?)
+                    .build()];
                 let moved = p.quantity - before.unwrap_or(0);
                 if moved != 0 {
-                    items.push(self.position_moved(account, &p.symbol, moved)?);
+                    group.push(self.position_moved(account, &p.symbol, moved)?);
                 }
+                groups.push(group);
             }
         }
-        self.transact_if(&items, "finish job").await
+        // A transaction holds at most 100 items: a large sync is written in chunks, the
+        // job's own update in the last. Each position is conditional on the quantity the
+        // sync read, so a chunk that fails (a fill recorded in between) leaves the job
+        // running and the sync reads again; the chunks already written hold the broker's
+        // quantities, which a fill recorded after them adds to correctly (the sync's
+        // second reconcile pass has recorded every fill the broker had made by then).
+        let chunks = pack(groups, MAX_TRANSACTION_ITEMS - 1);
+        let last = chunks.len().saturating_sub(1);
+        for (i, mut chunk) in chunks.into_iter().enumerate() {
+            if i == last {
+                chunk.push(job_item.clone());
+            }
+            if !self.transact_if(&chunk, "finish job").await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     async fn set_action_status(
@@ -180,5 +197,48 @@ impl WorkerStore for Aws {
             Err(e) if is_condition_failure(&e) => Ok(false),
             Err(e) => Err(unavailable("UpdateItem action status", &e)),
         }
+    }
+}
+
+/// DynamoDB's limit on the items of one `TransactWriteItems`.
+pub(super) const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// Packs groups of items, in order, into as few chunks of at most `limit` items as the
+/// order allows, never splitting a group; always at least one (maybe empty) chunk.
+fn pack<T>(groups: Vec<Vec<T>>, limit: usize) -> Vec<Vec<T>> {
+    let mut chunks: Vec<Vec<T>> = vec![Vec::new()];
+    for g in groups {
+        let fits = chunks.last().is_some_and(|c| c.len() + g.len() <= limit);
+        if !fits {
+            chunks.push(Vec::new());
+        }
+        if let Some(c) = chunks.last_mut() {
+            c.extend(g);
+        }
+    }
+    if chunks.len() > 1 && chunks[0].is_empty() {
+        chunks.remove(0);
+    }
+    chunks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pack;
+
+    #[test]
+    fn chunks_hold_whole_groups_within_the_limit() {
+        // 150 positions, each a write and an exposure move: 300 items in chunks of 99.
+        let groups: Vec<Vec<u32>> = (0..150).map(|i| vec![i, i]).collect();
+        let chunks = pack(groups, 99);
+        assert_eq!(chunks.len(), 4);
+        assert!(chunks.iter().all(|c| c.len() <= 99 && c.len() % 2 == 0));
+        let flat: Vec<u32> = chunks.concat();
+        assert_eq!(flat.len(), 300);
+        assert!(flat.windows(2).all(|w| w[0] <= w[1]), "in order");
+        // Nothing to write: one empty chunk (for the job's own update).
+        assert_eq!(pack::<u32>(vec![], 99), vec![Vec::<u32>::new()]);
+        // A first group that fills a chunk exactly.
+        assert_eq!(pack(vec![vec![1; 99], vec![2]], 99).len(), 2);
     }
 }
