@@ -342,26 +342,16 @@ impl ExecuteLedger for Aws {
             .update_expression("SET enqueued_at = if_not_exists(enqueued_at, :now), updated_at = :now REMOVE unsent")
             .condition_expression("attribute_exists(action_id)")
             .expression_attribute_values(":now", n(now));
-        match self
-            .ddb
-            .transact_write_items()
-            .transact_items(
-                TransactWriteItem::builder()
-                    .put(built(put.build())?)
-                    .build(),
-            )
-            .transact_items(
-                TransactWriteItem::builder()
-                    .update(built(up.build())?)
-                    .build(),
-            )
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if conflict_of(&[Conflict::Key, Conflict::Key], &e).is_some() => Ok(false),
-            Err(e) => Err(unavailable("TransactWriteItems mark sent", &e)),
-        }
+        let items = [
+            TransactWriteItem::builder()
+                .put(built(put.build())?)
+                .build(),
+            TransactWriteItem::builder()
+                .update(built(up.build())?)
+                .build(),
+        ];
+        // A conflict retried inside (`transact_if`): a `false` here means the lease is gone.
+        self.transact_if(&items, "mark sent").await
     }
 
     async fn take_over(&self, claim: &KeyRecord, old_owner: &str) -> StoreResult<bool> {

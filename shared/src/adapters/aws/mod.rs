@@ -131,6 +131,96 @@ pub async fn sdk_config(c: &AwsConfig) -> aws_config::SdkConfig {
         .await
 }
 
+/// A single-item write (`PutItem`, `UpdateItem`, `DeleteItem`) refused with
+/// `TransactionConflictException` because a transaction holds its item at that moment: it
+/// was not applied and its conditions were not evaluated, so sending it again is safe. The
+/// SDK does not retry this error by default; with this classifier it is retried like
+/// throttling (standard mode: backoff with jitter, within the call's attempts and timeout).
+/// Transactions report conflicts as cancellation reasons instead: see [`condition_failure`]
+/// and [`tables`]' `transact_if`.
+#[derive(Debug)]
+pub struct SingleWriteConflict;
+
+impl SingleWriteConflict {
+    fn is_conflict(e: &aws_smithy_runtime_api::client::interceptors::context::Error) -> bool {
+        use aws_sdk_dynamodb::operation::{
+            delete_item::DeleteItemError, put_item::PutItemError, update_item::UpdateItemError,
+        };
+        matches!(
+            e.downcast_ref::<PutItemError>(),
+            Some(PutItemError::TransactionConflictException(_))
+        ) || matches!(
+            e.downcast_ref::<UpdateItemError>(),
+            Some(UpdateItemError::TransactionConflictException(_))
+        ) || matches!(
+            e.downcast_ref::<DeleteItemError>(),
+            Some(DeleteItemError::TransactionConflictException(_))
+        )
+    }
+}
+
+impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for SingleWriteConflict {
+    fn classify_retry(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::InterceptorContext,
+    ) -> aws_smithy_runtime_api::client::retries::classifiers::RetryAction {
+        use aws_smithy_runtime_api::client::retries::classifiers::RetryAction;
+        match ctx.output_or_error() {
+            Some(Err(e)) if e.as_operation_error().is_some_and(Self::is_conflict) => {
+                RetryAction::transient_error()
+            }
+            _ => RetryAction::NoActionIndicated,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "TransactionConflict on a single-item write"
+    }
+}
+
+#[cfg(test)]
+mod conflict_tests {
+    use super::SingleWriteConflict;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    use aws_sdk_dynamodb::types::error::{
+        ConditionalCheckFailedException, TransactionConflictException,
+    };
+    use aws_smithy_runtime_api::client::interceptors::context::{Error, Input, InterceptorContext};
+    use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
+    use aws_smithy_runtime_api::client::retries::classifiers::{ClassifyRetry, RetryAction};
+
+    fn classify(e: Error) -> RetryAction {
+        let mut ctx = InterceptorContext::new(Input::doesnt_matter());
+        ctx.set_output_or_error(Err(OrchestratorError::operation(e)));
+        SingleWriteConflict.classify_retry(&ctx)
+    }
+
+    #[test]
+    fn a_single_write_refused_for_a_transaction_conflict_is_retried_and_nothing_else() {
+        let conflict = || TransactionConflictException::builder().build();
+        assert_eq!(
+            classify(Error::erase(PutItemError::TransactionConflictException(
+                conflict()
+            ))),
+            RetryAction::transient_error()
+        );
+        assert_eq!(
+            classify(Error::erase(UpdateItemError::TransactionConflictException(
+                conflict()
+            ))),
+            RetryAction::transient_error()
+        );
+        // A failed condition is an answer, never retried.
+        assert_eq!(
+            classify(Error::erase(PutItemError::ConditionalCheckFailedException(
+                ConditionalCheckFailedException::builder().build()
+            ))),
+            RetryAction::NoActionIndicated
+        );
+    }
+}
+
 /// Clients with the call recorder, sharing one SDK configuration.
 pub fn clients(
     conf: &aws_config::SdkConfig,
@@ -141,6 +231,7 @@ pub fn clients(
 ) {
     let ddb = aws_sdk_dynamodb::config::Builder::from(conf)
         .interceptor(CallRecorder)
+        .retry_classifier(SingleWriteConflict)
         .build();
     let sqs = aws_sdk_sqs::config::Builder::from(conf)
         .interceptor(CallRecorder)

@@ -3,7 +3,11 @@
 //! desk lookup, and conditional transactions.
 
 use super::ddb::{from_body, opt_s, s, time_key, Item};
-use super::{is_condition_failure, unavailable, Aws};
+use super::{condition_failure, is_condition_failure, unavailable, Aws, ConditionFailure};
+
+/// Tries of a transaction cancelled only by `TransactionConflict` before it counts as a
+/// failed condition (the caller then reads again).
+pub(super) const CONFLICT_TRIES: u32 = 3;
 use crate::auth::DeskScope;
 use crate::domain::Account;
 use crate::error::{StoreError, StoreResult};
@@ -237,16 +241,28 @@ impl Aws {
         items: &[TransactWriteItem],
         what: &str,
     ) -> StoreResult<bool> {
-        match self
-            .ddb
-            .transact_write_items()
-            .set_transact_items(Some(items.to_vec()))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable(&format!("TransactWriteItems {what}"), &e)),
+        let mut attempt = 0;
+        loop {
+            match self
+                .ddb
+                .transact_write_items()
+                .set_transact_items(Some(items.to_vec()))
+                .send()
+                .await
+            {
+                Ok(_) => return Ok(true),
+                // Cancelled only because another transaction held an item: nothing was
+                // applied and no condition failed; the same write again, after a pause.
+                Err(e)
+                    if attempt + 1 < CONFLICT_TRIES
+                        && matches!(condition_failure(&e), Some(ConditionFailure::Conflict)) =>
+                {
+                    attempt += 1;
+                    super::ddb::backoff(attempt).await;
+                }
+                Err(e) if is_condition_failure(&e) => return Ok(false),
+                Err(e) => return Err(unavailable(&format!("TransactWriteItems {what}"), &e)),
+            }
         }
     }
 
