@@ -363,7 +363,11 @@ pub trait WorkerStore: Send + Sync {
     async fn create_job(&self, job: &Job) -> StoreResult<Job>;
     /// Finishes a running job with its result, and replaces the account's positions when
     /// given (a sync), atomically; the exposures' positions follow. `false`: it was
-    /// finished already, or a position changed since it was read (read again).
+    /// finished already, or a position changed since it was read, or an order of a
+    /// contract it replaces is claimed for the broker and not yet recorded
+    /// (`submitted`: the broker's position may hold its fill already): read again later.
+    /// On DynamoDB a replacement larger than one transaction is written in chunks, each
+    /// under these conditions, the job's own update last.
     async fn finish_job(
         &self,
         job: &Job,

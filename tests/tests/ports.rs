@@ -1370,3 +1370,121 @@ async fn a_sync_replaces_more_positions_than_one_transaction_holds(b: Backend) {
         .unwrap());
 }
 both!(a_sync_replaces_more_positions_than_one_transaction_holds);
+
+/// The narrow sync race (an order claimed for the broker, whose fill the broker's
+/// positions may hold before the order records it): a sync does not replace the position
+/// of a contract while one of its orders is `submitted`, and does once it is recorded.
+async fn a_sync_waits_for_orders_claimed_for_the_broker(b: Backend) {
+    let e = env(b).await;
+    let w = &e.p.workers;
+    e.p.read_models
+        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
+        .await
+        .unwrap();
+    let queued = order(OrderStatus::Queued, 0);
+    w.create_order(&queued).await.unwrap();
+    let submitted = order(OrderStatus::Submitted, 0);
+    assert!(w.advance_order(&queued, &submitted, None).await.unwrap());
+    let running = Job {
+        job_id: "job-race".into(),
+        kind: JobKind::PositionsSync,
+        status: JobStatus::Running,
+        account_id: Some("ACC-W".into()),
+        action_id: Some("act-race".into()),
+        created_at: NOW,
+        updated_at: NOW,
+        error: None,
+        result: None,
+    };
+    w.create_job(&running).await.unwrap();
+    let done = Job {
+        status: JobStatus::Succeeded,
+        ..running.clone()
+    };
+    let result = serde_json::json!({});
+    // The broker already filled the order (5): the sync must not write that position.
+    let broker = vec![Position {
+        account_id: "ACC-W".into(),
+        symbol: SYMBOL.into(),
+        quantity: 5,
+        avg_price: None,
+        updated_at: NOW,
+    }];
+    let replace = |before: &'static [Position]| PositionsReplacement {
+        account_id: "ACC-W",
+        before,
+        after: &broker,
+    };
+    assert!(
+        !w.finish_job(&done, &result, Some(&replace(&[])))
+            .await
+            .unwrap(),
+        "replaced a position while an order of the contract was at the broker unrecorded"
+    );
+    assert_eq!(
+        e.p.positions.get_position("ACC-W", SYMBOL).await.unwrap(),
+        None
+    );
+    // Another contract's positions are not held up by it.
+    let other = Position {
+        symbol: "CLG27".into(),
+        ..broker[0].clone()
+    };
+    let other_job = Job {
+        job_id: "job-other".into(),
+        ..running.clone()
+    };
+    w.create_job(&other_job).await.unwrap();
+    assert!(w
+        .finish_job(
+            &Job {
+                status: JobStatus::Succeeded,
+                ..other_job
+            },
+            &result,
+            Some(&PositionsReplacement {
+                account_id: "ACC-W",
+                before: &[],
+                after: std::slice::from_ref(&other),
+            }),
+        )
+        .await
+        .unwrap());
+    // The order records its fill; the sync, reading again, replaces.
+    let filled = order(OrderStatus::Filled, 5);
+    assert!(w
+        .advance_order(&submitted, &filled, Some(&pos(5, None)))
+        .await
+        .unwrap());
+    let now_held = vec![
+        other.clone(),
+        Position {
+            updated_at: NOW + 5,
+            ..broker[0].clone()
+        },
+    ];
+    let mut after = broker.clone();
+    after.push(other);
+    assert!(w
+        .finish_job(
+            &done,
+            &result,
+            Some(&PositionsReplacement {
+                account_id: "ACC-W",
+                before: &now_held,
+                after: &after,
+            }),
+        )
+        .await
+        .unwrap());
+    assert_eq!(
+        e.p.positions
+            .get_position("ACC-W", SYMBOL)
+            .await
+            .unwrap()
+            .map(|p| p.quantity),
+        Some(5),
+        "counted once"
+    );
+}
+both!(a_sync_waits_for_orders_claimed_for_the_broker);

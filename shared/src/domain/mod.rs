@@ -402,6 +402,10 @@ pub struct ExposureDelta {
     pub position: i64,
     pub open_buy: i64,
     pub open_sell: i64,
+    /// Orders of this contract claimed for the broker (`submitted`) and not yet recorded:
+    /// +1 as an order is claimed, -1 as it leaves `submitted`. A sync does not replace
+    /// the position while one is (the broker may hold a fill the order has not recorded).
+    pub submitting: i64,
 }
 
 impl ExposureDelta {
@@ -416,7 +420,13 @@ impl ExposureDelta {
             position,
             open_buy,
             open_sell,
+            submitting: 0,
         }
+    }
+
+    /// A sync moving a position (no open quantity changes).
+    pub fn position_moved(account_id: &str, symbol: &str, by: i64) -> Self {
+        Self::open(account_id, symbol, Side::Buy, 0, by)
     }
 
     /// An accepted order's contracts, reserved at execute until the order ends.
@@ -428,17 +438,21 @@ impl ExposureDelta {
     /// contracts from open to the position; an order that ends releases its open rest.
     pub fn of_order_step(prev: &Order, next: &Order) -> Self {
         let filled = next.filled_quantity as i64 - prev.filled_quantity as i64;
-        Self::open(
-            &next.terms.account_id,
-            &next.terms.symbol,
-            next.terms.side,
-            next.open_quantity() - prev.open_quantity(),
-            next.terms.side.sign() * filled,
-        )
+        let submitting = |o: &Order| i64::from(o.status == OrderStatus::Submitted);
+        Self {
+            submitting: submitting(next) - submitting(prev),
+            ..Self::open(
+                &next.terms.account_id,
+                &next.terms.symbol,
+                next.terms.side,
+                next.open_quantity() - prev.open_quantity(),
+                next.terms.side.sign() * filled,
+            )
+        }
     }
 
     pub fn is_zero(&self) -> bool {
-        self.position == 0 && self.open_buy == 0 && self.open_sell == 0
+        self.position == 0 && self.open_buy == 0 && self.open_sell == 0 && self.submitting == 0
     }
 
     /// The change of the worst long (`position + open_buy`).

@@ -81,7 +81,7 @@ pub fn exposure_update(
         .key("account_id", s(d.account_id.clone()))
         .key("symbol", s(d.symbol.clone()))
         .update_expression(
-            "ADD #p :p, open_buy :ob, open_sell :os, worst_long :wl, worst_short :ws",
+            "ADD #p :p, open_buy :ob, open_sell :os, worst_long :wl, worst_short :ws, submitting :sub",
         )
         .expression_attribute_names("#p", "position")
         .expression_attribute_values(":p", n(d.position))
@@ -89,7 +89,12 @@ pub fn exposure_update(
         .expression_attribute_values(":os", n(d.open_sell))
         .expression_attribute_values(":wl", n(d.worst_long()))
         .expression_attribute_values(":ws", n(d.worst_short()))
+        .expression_attribute_values(":sub", n(d.submitting))
 }
+
+/// The condition of a sync's exposure update: no order of the contract is between its
+/// claim for the broker and its record (see [`crate::domain::ExposureDelta::submitting`]).
+pub const NONE_SUBMITTING: &str = "attribute_not_exists(submitting) OR submitting <= :zero";
 
 pub fn exposure_from_item(item: Option<&Item>) -> crate::domain::Exposure {
     match item {

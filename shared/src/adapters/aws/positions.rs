@@ -115,20 +115,19 @@ pub(super) fn position_put(
 
 impl Aws {
     /// The exposure's copy of a position moved by `by` (a sync replaced it).
-    pub(super) fn position_moved(
+    /// A sync's move of a position on its exposure (`by` may be 0), only while no order of
+    /// the contract is between its claim for the broker and its record: the broker's
+    /// position may already hold that order's fill, which its record would add again.
+    pub(super) fn position_synced(
         &self,
         account: &str,
         symbol: &str,
         by: i64,
     ) -> StoreResult<TransactWriteItem> {
-        let d = ExposureDelta {
-            account_id: account.to_string(),
-            symbol: symbol.to_string(),
-            position: by,
-            open_buy: 0,
-            open_sell: 0,
-        };
-        let up = ddb::exposure_update(&self.names.exposures, &d);
+        let d = ExposureDelta::position_moved(account, symbol, by);
+        let up = ddb::exposure_update(&self.names.exposures, &d)
+            .condition_expression(ddb::NONE_SUBMITTING)
+            .expression_attribute_values(":zero", ddb::n(0));
         Ok(TransactWriteItem::builder()
             .update(built(up.build())?)
             .build())

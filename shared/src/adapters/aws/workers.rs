@@ -115,7 +115,7 @@ impl WorkerStore for Aws {
                     TransactWriteItem::builder()
                         .delete(built(del.build())?)
                         .build(),
-                    self.position_moved(account, &p.symbol, -p.quantity)?,
+                    self.position_synced(account, &p.symbol, -p.quantity)?,
                 ]);
             }
             for p in rows {
@@ -132,14 +132,13 @@ impl WorkerStore for Aws {
                         .expression_attribute_values(":q", n(q)),
                     None => put.condition_expression("attribute_not_exists(account_id)"),
                 };
-                let mut group = vec![TransactWriteItem::builder()
-                    .put(built(put.build())?)
-                    .build()];
                 let moved = p.quantity - before.unwrap_or(0);
-                if moved != 0 {
-                    group.push(self.position_moved(account, &p.symbol, moved)?);
-                }
-                groups.push(group);
+                groups.push(vec![
+                    TransactWriteItem::builder()
+                        .put(built(put.build())?)
+                        .build(),
+                    self.position_synced(account, &p.symbol, moved)?,
+                ]);
             }
         }
         // A transaction holds at most 100 items: a large sync is written in chunks, the

@@ -114,7 +114,7 @@ impl WorkerStore for Sqlite {
             )
         });
         self.write(move |tx| {
-            if let Some((account, before, _)) = &positions {
+            if let Some((account, before, rows)) = &positions {
                 let mut held: Vec<(String, i64)> = tx
                     .prepare_cached("SELECT symbol, quantity FROM positions WHERE account_id = ?")
                     .and_then(|mut st| {
@@ -125,6 +125,24 @@ impl WorkerStore for Sqlite {
                 held.sort();
                 if held != *before {
                     // A fill was recorded since the sync read: write nothing; it reads again.
+                    return Ok(false);
+                }
+                // An order claimed for the broker and not yet recorded: the broker's
+                // position may already hold its fill, which its record would add again.
+                // Write nothing; the sync retries once the order is recorded.
+                let submitting: Vec<String> = tx
+                    .prepare_cached(
+                        "SELECT symbol FROM orders WHERE account_id = ? AND status = 'submitted'",
+                    )
+                    .and_then(|mut st| {
+                        st.query_map([account], |r| r.get(0))?
+                            .collect::<rusqlite::Result<Vec<_>>>()
+                    })
+                    .map_err(db_err)?;
+                let replaced = |sym: &String| {
+                    before.iter().any(|(s, _)| s == sym) || rows.iter().any(|p| &p.symbol == sym)
+                };
+                if submitting.iter().any(replaced) {
                     return Ok(false);
                 }
             }
