@@ -2,6 +2,7 @@
 //! failures). The handler is `airlock::worker::lambda::handle_batch`, the same worker code
 //! `airlock serve` runs in-process.
 
+use airlock::domain::QueueTarget;
 use airlock::{app, telemetry, worker};
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{run, service_fn, LambdaEvent};
@@ -9,10 +10,14 @@ use lambda_runtime::{run, service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     telemetry::init();
-    let worker = app::from_env().await?.worker;
-    let worker = worker.as_ref();
+    let app = app::from_env().await?;
+    let (consumer, retry_ms) = (app.consumer(), app.config.worker_retry_ms);
+    let consumer = &consumer;
     run(service_fn(move |e: LambdaEvent<SqsEvent>| async move {
-        Ok::<_, lambda_runtime::Error>(worker::lambda::handle_batch(worker, e.payload).await)
+        let queue = QueueTarget::Orders;
+        Ok::<_, lambda_runtime::Error>(
+            worker::lambda::handle_batch(consumer, queue, retry_ms, e.payload).await,
+        )
     }))
     .await
 }

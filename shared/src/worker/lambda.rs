@@ -6,6 +6,12 @@
 //! A panic while handling a record fails that record only (`worker::handle` catches it,
 //! and this loop catches anything else per record), never the whole batch: the records
 //! already handled are not handed back.
+//!
+//! A failed record (and each later record of its group, reported failed unhandled) is made
+//! visible again after the consumer's retry delay times its receive count
+//! (`ChangeMessageVisibility`), as the in-process consumer releases it: otherwise it would
+//! wait out the queue's whole visibility timeout with its account's group blocked behind
+//! it. A skipped record on its last receive is settled like a last attempt (`skipped`).
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -15,10 +21,18 @@ use tracing::Instrument;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 
-use super::consumer::MAX_RECEIVES;
-use super::Worker;
+use super::consumer::{Consumer, MAX_RECEIVES};
+use crate::domain::QueueTarget;
 
-pub async fn handle_batch(st: &Worker, event: SqsEvent) -> SqsBatchResponse {
+/// Handles one SQS event of `queue`'s trigger; `retry_ms` is the consumer's retry delay
+/// (`AIRLOCK_WORKER_RETRY_MS`), multiplied by each failed record's receive count.
+pub async fn handle_batch(
+    c: &Consumer,
+    queue: QueueTarget,
+    retry_ms: u64,
+    event: SqsEvent,
+) -> SqsBatchResponse {
+    let st = c.worker.as_ref();
     let mut response = SqsBatchResponse::default();
     let mut failed_groups: HashSet<String> = HashSet::new();
     for record in event.records {
@@ -52,6 +66,13 @@ pub async fn handle_batch(st: &Worker, event: SqsEvent) -> SqsBatchResponse {
         if failed {
             if let Some(g) = group {
                 failed_groups.insert(g);
+            }
+            if let Some(receipt) = record.receipt_handle.as_deref() {
+                let delay = retry_ms.saturating_mul(u64::from(receives));
+                if let Err(e) = c.queue.release(queue, receipt, delay).await {
+                    // It comes back after the queue's visibility timeout instead.
+                    tracing::warn!(message_id = %id, error = %e, "could not shorten a failed record's visibility");
+                }
             }
             let mut f = BatchItemFailure::default();
             f.item_identifier = id;
