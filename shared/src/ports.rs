@@ -73,6 +73,11 @@ pub trait OrderStore: Send + Sync {
         page: &Page<TimeKey>,
     ) -> StoreResult<Vec<Order>>;
     async fn get_order(&self, order_id: &str) -> StoreResult<Option<Order>>;
+    /// Every order at the broker ([`crate::domain::OrderStatus::is_at_the_broker`]) of one
+    /// account, or of all, oldest first: a listing that reads only such orders, never an
+    /// account's history. On DynamoDB it comes from an index, which can lag: re-read each
+    /// order ([`OrderStore::get_order`], consistent) before acting on it.
+    async fn list_at_the_broker(&self, account_id: Option<&str>) -> StoreResult<Vec<Order>>;
 }
 
 #[async_trait]

@@ -1488,3 +1488,56 @@ async fn a_sync_waits_for_orders_claimed_for_the_broker(b: Backend) {
     );
 }
 both!(a_sync_waits_for_orders_claimed_for_the_broker);
+
+/// Reconciliation's listing: the orders at the broker (submitted, working, partially
+/// filled) of an account or of all, and no other; an order leaves it when it ends.
+async fn orders_at_the_broker_are_listed_and_leave_when_they_end(b: Backend) {
+    let e = env(b).await;
+    let w = &e.p.workers;
+    e.p.read_models
+        .put_accounts(&[
+            account("ACC-W", AccountStatus::Active),
+            account("ACC-V", AccountStatus::Active),
+        ])
+        .await
+        .unwrap();
+    let ids = |v: Vec<Order>| v.into_iter().map(|o| o.order_id).collect::<Vec<_>>();
+    let mk = |id: &str, acc: &str, status: OrderStatus| {
+        let mut o = order(status, 0);
+        o.order_id = id.into();
+        o.terms.account_id = acc.into();
+        o
+    };
+    // Queued (not at the broker yet), then claimed and working; one of another account.
+    let q = mk("ord-q", "ACC-W", OrderStatus::Queued);
+    w.create_order(&q).await.unwrap();
+    let a = mk("ord-a", "ACC-W", OrderStatus::Queued);
+    w.create_order(&a).await.unwrap();
+    let a_sub = mk("ord-a", "ACC-W", OrderStatus::Submitted);
+    assert!(w.advance_order(&a, &a_sub, None).await.unwrap());
+    let a_work = mk("ord-a", "ACC-W", OrderStatus::Working);
+    assert!(w.advance_order(&a_sub, &a_work, None).await.unwrap());
+    let v = mk("ord-v", "ACC-V", OrderStatus::Queued);
+    w.create_order(&v).await.unwrap();
+    let v_sub = mk("ord-v", "ACC-V", OrderStatus::Submitted);
+    assert!(w.advance_order(&v, &v_sub, None).await.unwrap());
+
+    let o = &e.p.orders;
+    assert_eq!(
+        ids(o.list_at_the_broker(Some("ACC-W")).await.unwrap()),
+        ["ord-a"]
+    );
+    let mut all = ids(o.list_at_the_broker(None).await.unwrap());
+    all.sort();
+    assert_eq!(all, ["ord-a", "ord-v"]);
+    // Cancelled: no longer at the broker.
+    let a_done = mk("ord-a", "ACC-W", OrderStatus::Cancelled);
+    assert!(w.advance_order(&a_work, &a_done, None).await.unwrap());
+    assert!(o
+        .list_at_the_broker(Some("ACC-W"))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(ids(o.list_at_the_broker(None).await.unwrap()), ["ord-v"]);
+}
+both!(orders_at_the_broker_are_listed_and_leave_when_they_end);

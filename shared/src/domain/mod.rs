@@ -100,6 +100,15 @@ impl OrderStatus {
         self.is_cancellable()
     }
 
+    /// An order the broker has, or may have (claimed for it), that has not ended: what
+    /// reconciliation asks the broker about.
+    pub fn is_at_the_broker(self) -> bool {
+        matches!(
+            self,
+            OrderStatus::Submitted | OrderStatus::Working | OrderStatus::PartiallyFilled
+        )
+    }
+
     /// An order that can still be cancelled at the broker.
     pub fn is_cancellable(self) -> bool {
         matches!(

@@ -1020,23 +1020,16 @@ async fn reconcile_orders(
     statuses: &[OrderStatus],
 ) -> Result<usize, ApiError> {
     let mut updated = 0;
-    for &status in statuses {
-        let filter = crate::ports::OrderFilter {
-            account_id: account.map(str::to_string),
-            status: Some(status),
+    for listed in st.orders.list_at_the_broker(account).await? {
+        if !statuses.contains(&listed.status) {
+            continue;
+        }
+        // The listing may lag (an index on DynamoDB): act on the order as it is now.
+        let Some(order) = st.orders.get_order(&listed.order_id).await? else {
+            continue;
         };
-        let page = Page {
-            after: None,
-            limit: 10_000,
-        };
-        for order in st
-            .orders
-            .list_orders(&DeskScope::All, &filter, &page)
-            .await?
-        {
-            if reconcile_order(st, &order).await? {
-                updated += 1;
-            }
+        if statuses.contains(&order.status) && reconcile_order(st, &order).await? {
+            updated += 1;
         }
     }
     Ok(updated)

@@ -84,6 +84,14 @@ pub const ORDERS: Table = Table {
             sort: "created_key",
             sort_is_number: false,
         },
+        // Sparse: `open_account` (the account id) is present only while the order is at
+        // the broker, so reconciliation reads open orders, never an account's history.
+        Index {
+            name: "open_by_account",
+            partition: "open_account",
+            sort: "created_key",
+            sort_is_number: false,
+        },
     ],
     ttl: None,
 };

@@ -38,7 +38,11 @@ impl WorkerStore for Aws {
             .key("order_id", s(o.order_id.clone()))
             // The step applies only to the state it was computed from: the status and the
             // fills (two steps from one partially filled state must not both apply).
-            .update_expression("SET #st = :to, filled_quantity = :nf, body = :body")
+            .update_expression(if o.status.is_at_the_broker() {
+                "SET #st = :to, filled_quantity = :nf, body = :body, open_account = :acc"
+            } else {
+                "SET #st = :to, filled_quantity = :nf, body = :body REMOVE open_account"
+            })
             .condition_expression(if prev.filled_quantity == 0 {
                 "#st = :from AND (attribute_not_exists(filled_quantity) OR filled_quantity = :pf)"
             } else {
@@ -50,6 +54,11 @@ impl WorkerStore for Aws {
             .expression_attribute_values(":nf", n(o.filled_quantity as i64))
             .expression_attribute_values(":pf", n(prev.filled_quantity as i64))
             .expression_attribute_values(":body", ddb::body(o)?);
+        let up = if o.status.is_at_the_broker() {
+            up.expression_attribute_values(":acc", s(o.terms.account_id.clone()))
+        } else {
+            up
+        };
         let mut items = vec![TransactWriteItem::builder()
             .update(built(up.build())?)
             .build()];

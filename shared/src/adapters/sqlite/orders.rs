@@ -76,6 +76,20 @@ impl OrderStore for Sqlite {
         self.read(move |c| query(c, &sql, args, order_row).map(|v| v.into_iter().next()))
             .await
     }
+
+    async fn list_at_the_broker(&self, account_id: Option<&str>) -> StoreResult<Vec<Order>> {
+        // `orders_status_time` serves the status test: open orders only, whatever the history.
+        let mut sql = format!(
+            "SELECT {ORDER_COLUMNS} FROM orders o              WHERE o.status IN ('submitted', 'working', 'partially_filled')"
+        );
+        let mut args = Vec::new();
+        if let Some(id) = account_id {
+            sql.push_str(" AND o.account_id = ?");
+            args.push(Value::Text(id.to_string()));
+        }
+        sql.push_str(" ORDER BY o.created_at, o.order_id");
+        self.read(move |c| query(c, &sql, args, order_row)).await
+    }
 }
 
 /// Writes an order's row: replacing one with the same id, or (`replace` false) only if absent.
