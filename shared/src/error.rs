@@ -121,7 +121,8 @@ impl ApiError {
             code,
             message: message.into(),
             details: Vec::new(),
-            retry_after: None,
+            // An upstream outage is always worth retrying: say when, 1 s unless told.
+            retry_after: (code == Code::UpstreamUnavailable).then_some(1),
             action_id: None,
             cause: None,
         }

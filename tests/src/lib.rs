@@ -5,6 +5,7 @@
 //! README's test command, `scripts/test.sh`), or `$AIRLOCK_TEST_BIN`. A missing binary is a
 //! loud failure, never a skip.
 
+pub mod faults;
 pub mod idp;
 pub mod lambda;
 pub mod moto;
@@ -92,6 +93,11 @@ impl Stack {
             },
             bootstrapped: false,
         }
+    }
+
+    /// The emulator's endpoint, on the AWS backend (a fault proxy goes in front of it).
+    pub fn emulator_endpoint(&self) -> Option<String> {
+        self.moto.as_ref().map(|m| m.endpoint.clone())
     }
 
     /// The environment every process of this stack gets (backend, emulator endpoint).

@@ -1,0 +1,192 @@
+//! Faults on the AWS path, on the wire: `airlock serve` on the AWS backend with a fault
+//! proxy (`airlock_tests::faults`) between its SDK and the emulator, answering some calls
+//! the way real AWS sometimes does and the emulator never does: a lost reply after the
+//! write, throttling, 500s, transaction conflicts, unprocessed keys, a stalled call.
+//!
+//! What must hold: an upstream failure answers 503 `upstream_unavailable` with
+//! `Retry-After`, never a 500, and leaves nothing half-written; a retry with the same
+//! idempotency key gets one answer naming one action; an accepted action is queued exactly
+//! once. Each test fails loudly without the emulator.
+
+use std::time::{Duration, Instant};
+
+use airlock_tests::faults::{Fault, FaultProxy};
+use airlock_tests::{Api, Backend, Resp, Server, Stack, MARKET_OPEN};
+
+/// `airlock serve` on the AWS backend, its AWS calls through a new proxy.
+fn start(extra: &[(&str, &str)]) -> (Server, FaultProxy) {
+    let stack = Stack::new(Backend::Aws);
+    let upstream = stack
+        .emulator_endpoint()
+        .expect("the AWS stack has an emulator");
+    let proxy = FaultProxy::start(&upstream);
+    let mut env = vec![
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AWS_ENDPOINT_URL", proxy.endpoint.as_str()),
+    ];
+    env.extend_from_slice(extra);
+    (stack.start(&env), proxy)
+}
+
+async fn executable_plan(t: &Api) -> Resp {
+    let p = t.plan_buy("CLF27", 1).await;
+    assert_eq!(p.status, 200, "{:?}", p.body);
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    p
+}
+
+fn assert_unavailable(r: &Resp, what: &str) {
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "upstream_unavailable"),
+        "{what}: {:?}",
+        r.body
+    );
+    assert!(
+        r.retry_after
+            .as_deref()
+            .is_some_and(|v| v.parse::<u64>().is_ok()),
+        "{what}: 503 carries Retry-After"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_reply_of_the_execute_commit_still_answers_202_once() {
+    let (s, proxy) = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    // The commit is applied, its reply never arrives; the SDK sends it again.
+    proxy.on("TransactWriteItems", Fault::DropReply, Some(1));
+    let r = t.execute(&p, "lost-1").await;
+    assert_eq!(
+        (r.status, r["status"].as_str()),
+        (202, Some("queued")),
+        "not 409 about itself: {:?}",
+        r.body
+    );
+    assert_eq!(
+        proxy.faulted("TransactWriteItems"),
+        1,
+        "the reply was dropped"
+    );
+    let action_id = r["action_id"].as_str().expect("action id").to_string();
+    let dup = t.execute(&p, "lost-1").await;
+    assert_eq!(
+        (dup.status, dup["action_id"].as_str()),
+        (200, Some(action_id.as_str()))
+    );
+    assert_eq!(s.queued_messages(), 1, "queued once");
+}
+
+#[tokio::test]
+async fn throttled_dynamodb_answers_503_and_the_same_key_succeeds_after() {
+    let (s, proxy) = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    proxy.on("BatchGetItem", Fault::Throttle, None);
+    proxy.on("Scan", Fault::Throttle, None);
+    proxy.on("GetItem", Fault::Throttle, None);
+    assert_unavailable(&t.execute(&p, "thr-1").await, "execute");
+    assert_unavailable(&t.get("/accounts").await, "GET /accounts");
+    assert_unavailable(&t.plan_buy("CLF27", 1).await, "plan");
+    assert!(proxy.faulted("BatchGetItem") >= 1);
+    proxy.heal();
+    let r = t.execute(&p, "thr-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_eq!(s.queued_messages(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_signer_at_plan_answers_503() {
+    let (_s, proxy) = start(&[]);
+    let t = _s.trader();
+    proxy.on("Sign", Fault::Status500, None);
+    assert_unavailable(&t.plan_buy("CLF27", 1).await, "plan");
+    assert!(proxy.faulted("Sign") >= 1);
+    proxy.heal();
+    executable_plan(&t).await;
+}
+
+#[tokio::test]
+async fn a_failing_send_answers_503_with_the_action_and_the_retry_queues_it_once() {
+    let (s, proxy) = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    proxy.on("SendMessage", Fault::Status500, None);
+    let r = t.execute(&p, "send-1").await;
+    assert_unavailable(&r, "execute with SQS failing");
+    let action_id = r.body["action_id"]
+        .as_str()
+        .expect("the accepted action")
+        .to_string();
+    assert_eq!(s.queued_messages(), 0);
+    proxy.heal();
+    let again = t.execute(&p, "send-1").await;
+    assert_eq!(
+        (again.status, again["action_id"].as_str()),
+        (202, Some(action_id.as_str())),
+        "{:?}",
+        again.body
+    );
+    assert_eq!(s.queued_messages(), 1, "queued once");
+}
+
+#[tokio::test]
+async fn a_transaction_conflict_on_the_commit_is_decided_again() {
+    let (s, proxy) = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    proxy.on("TransactWriteItems", Fault::TransactionConflict, Some(1));
+    let r = t.execute(&p, "conflict-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_eq!(proxy.faulted("TransactWriteItems"), 1);
+    assert_eq!(s.queued_messages(), 1);
+}
+
+#[tokio::test]
+async fn a_single_write_refused_by_a_transaction_conflict_is_retried() {
+    let (_s, proxy) = start(&[]);
+    let t = _s.trader();
+    let p = executable_plan(&t).await;
+    assert_eq!(t.execute(&p, "wc-1").await.status, 202);
+    // A replay's only write is its audit record: one PutItem, refused once.
+    proxy.on("PutItem", Fault::WriteConflict, Some(1));
+    let r = t.execute(&p, "wc-1").await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(proxy.faulted("PutItem"), 1, "the conflict was answered");
+}
+
+#[tokio::test]
+async fn unprocessed_keys_are_read_again() {
+    let (s, proxy) = start(&[]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    proxy.on("BatchGetItem", Fault::UnprocessedKeys, Some(2));
+    let r = t.execute(&p, "unproc-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_eq!(
+        proxy.count("BatchGetItem"),
+        3,
+        "two answered unprocessed, then read"
+    );
+    assert_eq!(s.queued_messages(), 1);
+}
+
+#[tokio::test]
+async fn a_stalled_call_answers_503_within_its_limits() {
+    let (_s, proxy) = start(&[
+        ("AIRLOCK_AWS_ATTEMPT_TIMEOUT_MS", "500"),
+        ("AIRLOCK_AWS_OPERATION_TIMEOUT_MS", "1500"),
+    ]);
+    let t = _s.trader();
+    let p = executable_plan(&t).await;
+    proxy.on("BatchGetItem", Fault::Delay(Duration::from_secs(10)), None);
+    let started = Instant::now();
+    let r = t.execute(&p, "stall-1").await;
+    let took = started.elapsed();
+    assert_unavailable(&r, "execute with a stalled read");
+    assert!(
+        took < Duration::from_secs(5),
+        "answered after {took:?}, not bounded by the call limits"
+    );
+}
