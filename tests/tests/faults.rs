@@ -190,3 +190,163 @@ async fn a_stalled_call_answers_503_within_its_limits() {
         "answered after {took:?}, not bounded by the call limits"
     );
 }
+
+/// A small deterministic generator (xorshift64*), so a failing schedule can be replayed
+/// from its printed seed (`AIRLOCK_FAULT_SEED`).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Faults a schedule draws from: (operation, fault, most applications).
+fn menu() -> Vec<(&'static str, Fault, u64)> {
+    vec![
+        ("TransactWriteItems", Fault::DropReply, 1),
+        ("TransactWriteItems", Fault::TransactionConflict, 2),
+        ("TransactWriteItems", Fault::Status500, 4),
+        ("SendMessage", Fault::Status500, 4),
+        ("SendMessage", Fault::DropReply, 1),
+        ("BatchGetItem", Fault::Throttle, 4),
+        ("BatchGetItem", Fault::UnprocessedKeys, 3),
+        ("PutItem", Fault::WriteConflict, 2),
+        ("PutItem", Fault::Status500, 4),
+    ]
+}
+
+/// Random fault schedules on execute, then the workers and the sweeper with the faults
+/// healed: every key settles on one action, every accepted action reaches the broker
+/// exactly once, and nothing is left queued or processing.
+#[tokio::test]
+async fn random_fault_schedules_never_lose_or_double_an_action() {
+    let seed = std::env::var("AIRLOCK_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        });
+    eprintln!("fault schedule seed: {seed} (replay with AIRLOCK_FAULT_SEED={seed})");
+    let mut rng = Rng(seed);
+    let (s, proxy) = start(&[("AIRLOCK_SWEEP_AFTER_MS", "3600000")]);
+    let t = s.trader();
+    let initial = t.position("ACC-1", "CLF27").await;
+    let menu = menu();
+    let (mut buys, mut sells) = (0, 0);
+    // key -> every action id an accepting answer (200/202) named.
+    let mut answers: Vec<(String, Vec<String>)> = Vec::new();
+    for i in 0..8 {
+        // Five buys and three sells: a doubled or lost fill shows in the net position.
+        let side = if i % 3 == 2 { "sell" } else { "buy" };
+        if side == "buy" {
+            buys += 1;
+        } else {
+            sells += 1;
+        }
+        let p = t
+            .post(
+                "/actions/plan",
+                &serde_json::json!({
+                    "action_type": "order.submit.cl",
+                    "payload": { "account_id": "ACC-1", "symbol": "CLF27", "side": side,
+                                 "quantity": 1, "order_type": "market" },
+                    "requested_by": "op-energy-trader"
+                }),
+            )
+            .await;
+        assert_eq!(p["executable"], true, "seed {seed}: {:?}", p.body);
+        let (op, fault, most) = menu[rng.below(menu.len() as u64) as usize].clone();
+        let times = 1 + rng.below(most) as usize;
+        proxy.on(op, fault.clone(), Some(times));
+        let key = format!("sched-{i}");
+        let mut named = Vec::new();
+        for attempt in 0..4 {
+            let r = t.execute(&p, &key).await;
+            match r.status {
+                200 | 202 => {
+                    named.push(r["action_id"].as_str().unwrap_or_default().to_string());
+                    break;
+                }
+                503 | 409 => {
+                    assert!(r.retry_after.is_some(), "seed {seed}: {:?}", r.body);
+                    if attempt >= 1 {
+                        proxy.heal();
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => panic!("seed {seed}: {op} {fault:?} x{times}: {other} {:?}", r.body),
+            }
+        }
+        proxy.heal();
+        // A last replay answers from the key's decision.
+        let r = t.execute(&p, &key).await;
+        assert_eq!(
+            r.status, 200,
+            "seed {seed}: {op} {fault:?} x{times}: {:?}",
+            r.body
+        );
+        named.push(r["action_id"].as_str().unwrap_or_default().to_string());
+        answers.push((key, named));
+    }
+    for (key, named) in &answers {
+        assert!(
+            named.windows(2).all(|w| w[0] == w[1]) && !named[0].is_empty(),
+            "seed {seed}: key {key} answered with several actions: {named:?}"
+        );
+    }
+
+    // The workers and the sweeper, faults healed, a while later.
+    let s = s.crash().start(&[
+        ("AIRLOCK_NOW", "2026-11-23T15:05:00Z"),
+        ("AWS_ENDPOINT_URL", proxy.endpoint.as_str()),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_SWEEP_INTERVAL_MS", "200"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+    ]);
+    let t = s.trader();
+    let mut orders = Vec::new();
+    for (key, named) in &answers {
+        let a = t.settled(&named[0]).await;
+        assert_eq!(a["status"], "succeeded", "seed {seed}: {key}: {:?}", a.body);
+        orders.push(
+            a["resource_refs"]["order_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    let book: serde_json::Value =
+        serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).expect("broker book");
+    let at_broker = book["orders"].as_object().cloned().unwrap_or_default();
+    for o in &orders {
+        assert!(
+            at_broker.contains_key(o),
+            "seed {seed}: order {o} never reached the broker"
+        );
+    }
+    let mut unique = orders.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        orders.len(),
+        "seed {seed}: two keys share an order"
+    );
+    assert_eq!(
+        t.position("ACC-1", "CLF27").await,
+        initial + buys - sells,
+        "seed {seed}: each fill recorded exactly once"
+    );
+    assert_eq!(s.queued_messages(), 0, "seed {seed}: nothing left queued");
+}
