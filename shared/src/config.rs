@@ -199,6 +199,10 @@ pub struct AwsConfig {
     pub given: std::collections::BTreeMap<String, String>,
     pub attempt_timeout_ms: u64,
     pub operation_timeout_ms: u64,
+    /// How long the in-process consumer's `ReceiveMessage` long-polls, seconds (0 to 20;
+    /// `AIRLOCK_AWS_RECEIVE_WAIT_S`, default 1). The test emulator serves one request at a
+    /// time, so its tests poll without waiting.
+    pub receive_wait_s: u64,
 }
 
 impl Default for AwsConfig {
@@ -208,6 +212,7 @@ impl Default for AwsConfig {
             given: Default::default(),
             attempt_timeout_ms: 1_000,
             operation_timeout_ms: 2_000,
+            receive_wait_s: 1,
         }
     }
 }
@@ -240,6 +245,7 @@ impl AwsConfig {
                 100,
                 300_000,
             )?,
+            receive_wait_s: number("AIRLOCK_AWS_RECEIVE_WAIT_S", d.receive_wait_s, 0, 20)?,
         };
         if c.operation_timeout_ms < c.attempt_timeout_ms {
             return Err(ConfigError {

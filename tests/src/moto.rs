@@ -176,6 +176,8 @@ impl Moto {
             // call), whose fit in each function's timeout a template test checks.
             ("AIRLOCK_AWS_ATTEMPT_TIMEOUT_MS", "20000"),
             ("AIRLOCK_AWS_OPERATION_TIMEOUT_MS", "60000"),
+            // moto answers one request at a time: a long poll would hold every other call.
+            ("AIRLOCK_AWS_RECEIVE_WAIT_S", "0"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

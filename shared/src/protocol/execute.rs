@@ -992,6 +992,11 @@ async fn accept(
         std::process::abort();
     }
     send(&st.dispatch, &key, &owner, &action, now).await?;
+    if crate::failpoint::hit("execute.after_send") {
+        // Simulates a crash after the send, before the caller hears the answer.
+        tracing::error!(action_id = %action_id, "failpoint execute.after_send: aborting");
+        std::process::abort();
+    }
     Ok(Attempt::Done(ExecuteOutcome::Queued(accepted_action(
         &action,
     ))))

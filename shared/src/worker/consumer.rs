@@ -67,6 +67,11 @@ pub async fn settle(
     let last = d.receive_count >= MAX_RECEIVES;
     match st.worker.handle(&d.body, last).await {
         Ok(_) => {
+            if crate::failpoint::hit("worker.before_ack") {
+                // Test-only: the process dies after handling a message, before deleting it.
+                tracing::error!("failpoint worker.before_ack: aborting");
+                std::process::abort();
+            }
             if let Err(e) = st.queue.ack(queue, &d.receipt).await {
                 tracing::error!(error = %e, "could not delete a handled message; it will be redelivered");
             }

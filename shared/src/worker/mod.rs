@@ -735,6 +735,11 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
                         ..order.clone()
                     };
                     claimed_here = st.store.advance_order(&order, &next, None).await?;
+                    if claimed_here && crate::failpoint::hit("worker.after_claim") {
+                        // Test-only: the worker dies between its claim and the broker.
+                        tracing::error!(order_id = %order_id, "failpoint worker.after_claim: aborting");
+                        std::process::abort();
+                    }
                 }
             }
             OrderStatus::Submitted => match kill_switch(st, &order_id).await? {

@@ -85,6 +85,8 @@ pub struct Names {
     pub signing_key_id: String,
     /// The resource prefix, before the dead-letter queues' names.
     pub dead_letter_prefix: String,
+    /// The in-process consumer's long poll, seconds ([`AwsConfig::receive_wait_s`]).
+    pub receive_wait_s: u64,
 }
 
 /// The AWS clients and the names of the resources they use.
@@ -104,10 +106,6 @@ pub struct Aws {
 /// with stalled calls still answers (503) before its function's timeout; a test checks
 /// this against the template.
 pub const MAX_SEQUENTIAL_CALLS: u64 = 4;
-
-/// How long the in-process consumer's `ReceiveMessage` long-polls, seconds; its call limits
-/// are this much longer than the others.
-pub const RECEIVE_WAIT_S: u64 = 1;
 
 /// Every call's limits (see [`AwsConfig`]): per attempt, for the call with its retries, and
 /// to connect.
@@ -267,6 +265,7 @@ impl Names {
             jobs_queue_url,
             signing_key_id: shapes::signing_key(given),
             dead_letter_prefix: given.resource_prefix.clone(),
+            receive_wait_s: given.receive_wait_s,
         }
     }
 }

@@ -53,12 +53,13 @@ impl Queue for Aws {
             .queue_url(self.url(queue))
             .max_number_of_messages(max.clamp(1, 10) as i32)
             .visibility_timeout(visibility_ms.div_ceil(1000).max(1) as i32)
-            .wait_time_seconds(super::RECEIVE_WAIT_S as i32)
+            .wait_time_seconds(self.names.receive_wait_s as i32)
             .message_system_attribute_names(A::ApproximateReceiveCount)
             .message_system_attribute_names(A::MessageGroupId)
             .customize()
             .config_override(
-                aws_sdk_sqs::config::Builder::default().timeout_config(receive_timeouts()),
+                aws_sdk_sqs::config::Builder::default()
+                    .timeout_config(receive_timeouts(self.names.receive_wait_s)),
             )
             .send()
             .await
@@ -170,9 +171,9 @@ impl Queue for Aws {
     }
 }
 
-/// A long poll outlasts the other calls' limits by its wait.
-fn receive_timeouts() -> aws_sdk_sqs::config::timeout::TimeoutConfig {
-    let wait = std::time::Duration::from_secs(super::RECEIVE_WAIT_S);
+/// A long poll of `wait_s` outlasts the other calls' limits by its wait.
+fn receive_timeouts(wait_s: u64) -> aws_sdk_sqs::config::timeout::TimeoutConfig {
+    let wait = std::time::Duration::from_secs(wait_s);
     aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
         .operation_attempt_timeout(wait + std::time::Duration::from_secs(5))
         .operation_timeout(wait * 2 + std::time::Duration::from_secs(10))
