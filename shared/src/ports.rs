@@ -276,6 +276,19 @@ pub trait Queue: Send + Sync {
         receipt: &str,
         delay_ms: u64,
     ) -> StoreResult<()>;
+    /// Dead letters of `queue` (received [`crate::records::MAX_RECEIVES`] times and never
+    /// handled), up to `max`, not looked at in the last `hide_ms`; each is hidden again for
+    /// `hide_ms` and stays a dead letter (for the dead-letter sweep, which settles its
+    /// action, and for operators).
+    async fn dead_letters(
+        &self,
+        queue: crate::domain::QueueTarget,
+        max: u32,
+        hide_ms: u64,
+    ) -> StoreResult<Vec<Delivery>>;
+    /// Moves up to `max` dead letters of `queue` back to it, received again as new (their
+    /// receive count starts over). Returns how many moved.
+    async fn redrive(&self, queue: crate::domain::QueueTarget, max: u32) -> StoreResult<usize>;
     /// A signal raised on every send to `queue` from this process, so an idle in-process
     /// consumer can wake at once instead of polling. `None` (the default): the queue cannot
     /// tell (SQS, whose `receive` long-polls instead).

@@ -6,7 +6,7 @@
 //! The boundaries (failpoints of the `airlock-failpoints` build):
 //! - `execute.after_commit`: decided and stored, never sent (the sweeper sends it);
 //! - `execute.after_send`: sent, the caller never heard the answer;
-//! - `worker.after_claim`: the order claimed for the broker, never submitted;
+//! - `worker.before_broker`: the order claimed for the broker, never submitted;
 //! - `worker.after_broker`: the broker has the order, our record does not;
 //! - `worker.before_ack`: handled, the message not deleted (redelivered).
 
@@ -17,7 +17,7 @@ use airlock_tests::{both, Api, Backend, Stack, MARKET_OPEN};
 const POINTS: &[&str] = &[
     "execute.after_commit",
     "execute.after_send",
-    "worker.after_claim",
+    "worker.before_broker",
     "worker.after_broker",
     "worker.before_ack",
 ];

@@ -638,6 +638,53 @@ impl World {
             .unwrap_or_else(|| panic!("no unsent action for key {key}"))
     }
 
+    /// Moves the message of `action_id` from the orders queue to its dead-letter queue, as
+    /// the redrive policy does after a last receive that never finished.
+    fn dead_letter(&self, action_id: &str) {
+        let sqs = self.aws.sqs.clone();
+        let from = self.queue_urls[shapes::ORDERS_QUEUE.logical_id].clone();
+        let to = self.queue_urls["OrdersDeadLetterQueue"].clone();
+        let id = action_id.to_string();
+        self.block(async move {
+            let got = sqs
+                .receive_message()
+                .queue_url(&from)
+                .max_number_of_messages(10)
+                .visibility_timeout(0)
+                .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+                .send()
+                .await
+                .expect("ReceiveMessage")
+                .messages
+                .unwrap_or_default();
+            let m = got
+                .iter()
+                .find(|m| m.body().unwrap_or_default().contains(&id))
+                .expect("the action's message");
+            let group = m
+                .attributes()
+                .and_then(|a| {
+                    a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
+                })
+                .cloned()
+                .expect("a FIFO message's group");
+            sqs.send_message()
+                .queue_url(&to)
+                .message_body(m.body().unwrap_or_default())
+                .message_group_id(group)
+                .message_deduplication_id(format!("dead-{id}"))
+                .send()
+                .await
+                .expect("SendMessage to the dead-letter queue");
+            sqs.delete_message()
+                .queue_url(&from)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("DeleteMessage");
+        });
+    }
+
     /// Deletes the two work queues (`false`), or recreates them (`true`): while they are
     /// gone, an execute commits its action and then fails to send it.
     fn set_queues(&self, present: bool) {
@@ -974,6 +1021,14 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         updated_at: e2.created_at,
     }]))
     .expect("the order of e2");
+    // A dead letter whose last receive never finished: an accepted order whose message
+    // reached the dead-letter queue with its action still queued. The sweeper's
+    // dead-letter sweep fails it (asking the broker first) and leaves the dead letter.
+    let dead_op = trader("op-dead");
+    let pd = l.order_plan(&dead_op, order("ACC-1", &c1, 1, None));
+    let xd = l.accepted(&dead_op, &pd, "perm-dead");
+    let xd_id = xd["action_id"].as_str().expect("action id").to_string();
+    w.dead_letter(&xd_id);
     w.cli(
         true,
         &[],
@@ -990,6 +1045,22 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .expect("action")
         .expect("e2");
     assert_eq!(e2.status, airlock::domain::ActionStatus::Failed, "{e2:?}");
+    let dead = w
+        .block(w.ports.actions.get_action(&xd_id))
+        .expect("action")
+        .expect("the dead-lettered action");
+    assert_eq!(
+        dead.status,
+        airlock::domain::ActionStatus::Failed,
+        "{dead:?}"
+    );
+    assert!(
+        dead.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("dead-lettered"),
+        "{dead:?}"
+    );
     w.cli(true, &[], &["kill-switch", "release"]);
     Audited {
         action_id: action.to_string(),
@@ -1006,6 +1077,31 @@ fn tour_cli(w: &World, action: &Audited) {
     w.cli(true, &[], &["rollout"]);
     w.cli(true, &[], &["rollout", "positions.sync", "execute"]);
     w.cli(true, &[], &["queues"]);
+    // A dead letter on each queue, moved back by the operator after a fix.
+    let sqs = w.aws.sqs.clone();
+    let jobs_dlq = w.queue_urls["JobsDeadLetterQueue"].clone();
+    let orders_dlq = w.queue_urls["OrdersDeadLetterQueue"].clone();
+    w.block(async move {
+        sqs.send_message()
+            .queue_url(jobs_dlq)
+            .message_body("{}")
+            .send()
+            .await
+            .expect("a jobs dead letter");
+        sqs.send_message()
+            .queue_url(orders_dlq)
+            .message_body("{}")
+            .message_group_id("ACC-9")
+            .message_deduplication_id("perm-redrive")
+            .send()
+            .await
+            .expect("an orders dead letter");
+    });
+    let out = w.cli(true, &[], &["queues", "redrive"]);
+    assert!(
+        out.contains("worker:jobs redriven=1") && out.contains("worker:orders redriven=1"),
+        "{out}"
+    );
     w.cli(true, &[], &["audit", &action.plan_id]);
     w.cli(true, &[], &["audit", &action.action_id]);
 }

@@ -288,6 +288,25 @@ pub async fn queues(cfg: Config, backend: Backend) -> Result<(), String> {
     Ok(())
 }
 
+/// Moves every dead letter of `only` (or of both queues) back to its queue.
+pub async fn redrive(cfg: Config, backend: Backend, only: Option<&str>) -> Result<(), String> {
+    use airlock::domain::QueueTarget;
+    let state = state(cfg, backend).await?;
+    for q in [QueueTarget::Orders, QueueTarget::Jobs] {
+        if only.is_some_and(|o| !q.as_str().ends_with(o)) {
+            continue;
+        }
+        let moved = state
+            .ports
+            .queue
+            .redrive(q, u32::MAX)
+            .await
+            .map_err(|e| e.to_string())?;
+        println!("{q} redriven={moved}");
+    }
+    Ok(())
+}
+
 pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), String> {
     use p256::pkcs8::{EncodePublicKey, LineEnding};
     let state = state(cfg, backend).await?;

@@ -90,8 +90,16 @@ enum Command {
     /// orders submitted; execute re-checks it atomically, so a suspension stops plans
     /// already confirmed.
     AccountStatus { account: String, status: String },
-    /// Messages per queue: waiting, and received but not yet deleted.
-    Queues,
+    /// Messages per queue: waiting, received but not yet deleted, dead letters. `redrive`
+    /// moves dead letters back to their queue (after a fix): a settled action is not run
+    /// again, one not yet settled runs once.
+    Queues {
+        #[arg(value_parser = ["redrive"])]
+        action: Option<String>,
+        /// Only this queue (`orders` or `jobs`); both by default.
+        #[arg(long, value_parser = ["orders", "jobs"])]
+        queue: Option<String>,
+    },
     /// Print the confirmation-token public key (PEM) and its key id.
     ConfirmationKey,
     /// Send an action's queue message again, N times (at-least-once delivery drills).
@@ -135,7 +143,10 @@ fn main() -> std::process::ExitCode {
                 commands::rollout(cfg, backend, action_type, mode).await
             }
             Command::Audit { id } => commands::audit(cfg, backend, &id).await,
-            Command::Queues => commands::queues(cfg, backend).await,
+            Command::Queues { action, queue } => match action {
+                Some(_) => commands::redrive(cfg, backend, queue.as_deref()).await,
+                None => commands::queues(cfg, backend).await,
+            },
             Command::Redeliver { action_id, times } => {
                 commands::redeliver(cfg, backend, &action_id, times).await
             }

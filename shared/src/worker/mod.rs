@@ -10,6 +10,7 @@
 //! never becomes a second order. Every later step is conditional on the state read.
 
 pub mod consumer;
+pub mod dead_letters;
 pub mod lambda;
 pub mod sweeper;
 
@@ -283,7 +284,7 @@ async fn skipped(st: &Worker, body: &str, receive_count: u32) {
 }
 
 /// The last attempt failed: settle the stored action (never one a mismatching message
-/// names) and its order or job, saying what is known.
+/// names) and its order or job, saying what is known. A finished action is left alone.
 async fn give_up(st: &Worker, body: &str, e: &ApiError) {
     let Ok(received) = serde_json::from_str::<QueueMessage>(body) else {
         return; // Malformed: it names nothing we can trust.
@@ -735,11 +736,6 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
                         ..order.clone()
                     };
                     claimed_here = st.store.advance_order(&order, &next, None).await?;
-                    if claimed_here && crate::failpoint::hit("worker.after_claim") {
-                        // Test-only: the worker dies between its claim and the broker.
-                        tracing::error!(order_id = %order_id, "failpoint worker.after_claim: aborting");
-                        std::process::abort();
-                    }
                 }
             }
             OrderStatus::Submitted => match kill_switch(st, &order_id).await? {
@@ -762,6 +758,12 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
                     }
                 },
                 None => {
+                    if crate::failpoint::hit("worker.before_broker") {
+                        // Test-only: the worker dies between its claim and the broker (on
+                        // every receive: a message whose last receive never finishes).
+                        tracing::error!(order_id = %order_id, "failpoint worker.before_broker: aborting");
+                        std::process::abort();
+                    }
                     // The broker deduplicates on the client order id: a resend is not a new
                     // order.
                     let ack = st.broker.submit(&to_broker(&order)).await?;

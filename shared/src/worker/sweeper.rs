@@ -64,8 +64,9 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// One pass; returns how many actions it sent. An action that fails does not stop the
-    /// pass; the first error is returned at its end.
+    /// One pass: the dead-letter sweep ([`super::dead_letters`]), then the unsent actions;
+    /// returns how many actions it sent. An action that fails does not stop the pass; the
+    /// first error is returned at its end.
     pub async fn sweep_once(&self) -> Result<usize, ApiError> {
         sweep_once(self).await
     }
@@ -74,7 +75,9 @@ impl Sweeper {
 async fn sweep_once(st: &Sweeper) -> Result<usize, ApiError> {
     let now = st.clock.now_ms();
     let before = now - st.sweep_after_ms;
-    scan(
+    // Dead letters whose last receive never finished: their actions settled as failed.
+    let dead = super::dead_letters::sweep(&st.worker, st.dispatch.queue.as_ref()).await;
+    let sent = scan(
         |limit| async move { Ok(st.actions.list_unsent(before, limit).await?) },
         |a: &ActionRecord| a.action_id.clone(),
         |action: ActionRecord| async move {
@@ -82,7 +85,10 @@ async fn sweep_once(st: &Sweeper) -> Result<usize, ApiError> {
             sweep_action(st, &action, now).instrument(span).await
         },
     )
-    .await
+    .await;
+    // An error of either part does not stop the other; the first is returned.
+    dead?;
+    sent
 }
 
 /// The scan of one pass: lists unsent actions oldest first, hands each one not seen yet in

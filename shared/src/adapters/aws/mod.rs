@@ -85,6 +85,10 @@ pub struct Names {
     pub signing_key_id: String,
     /// The resource prefix, before the dead-letter queues' names.
     pub dead_letter_prefix: String,
+    /// The dead-letter queues' URLs when the configuration gives them (a deployment);
+    /// else they are found by name.
+    pub orders_dead_letter_url: Option<String>,
+    pub jobs_dead_letter_url: Option<String>,
     /// The in-process consumer's long poll, seconds ([`AwsConfig::receive_wait_s`]).
     pub receive_wait_s: u64,
 }
@@ -265,6 +269,12 @@ impl Names {
             jobs_queue_url,
             signing_key_id: shapes::signing_key(given),
             dead_letter_prefix: given.resource_prefix.clone(),
+            orders_dead_letter_url: given
+                .given(shapes::ORDERS_QUEUE.dead_letter_env)
+                .map(String::from),
+            jobs_dead_letter_url: given
+                .given(shapes::JOBS_QUEUE.dead_letter_env)
+                .map(String::from),
             receive_wait_s: given.receive_wait_s,
         }
     }

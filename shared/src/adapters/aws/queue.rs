@@ -15,6 +15,79 @@ impl Aws {
             QueueTarget::Jobs => &self.names.jobs_queue_url,
         }
     }
+
+    fn shape(queue: QueueTarget) -> super::shapes::QueueShape {
+        match queue {
+            QueueTarget::Orders => super::shapes::ORDERS_QUEUE,
+            QueueTarget::Jobs => super::shapes::JOBS_QUEUE,
+        }
+    }
+
+    /// The URL of `queue`'s dead-letter queue (the target of its redrive policy): as the
+    /// configuration gives it, else by name.
+    async fn dead_letter_url(&self, queue: QueueTarget) -> StoreResult<String> {
+        let given = match queue {
+            QueueTarget::Orders => &self.names.orders_dead_letter_url,
+            QueueTarget::Jobs => &self.names.jobs_dead_letter_url,
+        };
+        if let Some(url) = given {
+            return Ok(url.clone());
+        }
+        let name = format!(
+            "{}{}",
+            self.names.dead_letter_prefix,
+            Self::shape(queue).dead_letter_name
+        );
+        let o = self
+            .sqs
+            .get_queue_url()
+            .queue_name(name)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetQueueUrl dead-letter queue", &e))?;
+        Ok(o.queue_url().unwrap_or_default().to_string())
+    }
+
+    /// Up to 10 messages of `url`, hidden for `hide_ms`, with their group and receive count.
+    async fn receive_from(
+        &self,
+        url: &str,
+        max: u32,
+        hide_ms: u64,
+    ) -> StoreResult<Vec<aws_sdk_sqs::types::Message>> {
+        use aws_sdk_sqs::types::MessageSystemAttributeName as A;
+        let o = self
+            .sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max.clamp(1, 10) as i32)
+            .visibility_timeout(hide_ms.div_ceil(1000).clamp(1, 43_200) as i32)
+            .wait_time_seconds(0)
+            .message_system_attribute_names(A::ApproximateReceiveCount)
+            .message_system_attribute_names(A::MessageGroupId)
+            .send()
+            .await
+            .map_err(|e| unavailable("ReceiveMessage dead-letter queue", &e))?;
+        Ok(o.messages.unwrap_or_default())
+    }
+}
+
+/// A received message as a delivery (`None` without a receipt or body).
+fn delivery(m: &aws_sdk_sqs::types::Message) -> Option<Delivery> {
+    use aws_sdk_sqs::types::MessageSystemAttributeName as A;
+    Some(Delivery {
+        receipt: m.receipt_handle()?.to_string(),
+        body: m.body()?.to_string(),
+        receive_count: m
+            .attributes()
+            .and_then(|a| a.get(&A::ApproximateReceiveCount))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1),
+        group: m
+            .attributes()
+            .and_then(|a| a.get(&A::MessageGroupId))
+            .cloned(),
+    })
 }
 
 #[async_trait]
@@ -64,24 +137,7 @@ impl Queue for Aws {
             .send()
             .await
             .map_err(|e| unavailable("ReceiveMessage", &e))?;
-        Ok(o.messages()
-            .iter()
-            .filter_map(|m| {
-                Some(Delivery {
-                    receipt: m.receipt_handle()?.to_string(),
-                    body: m.body()?.to_string(),
-                    receive_count: m
-                        .attributes()
-                        .and_then(|a| a.get(&A::ApproximateReceiveCount))
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(1),
-                    group: m
-                        .attributes()
-                        .and_then(|a| a.get(&A::MessageGroupId))
-                        .cloned(),
-                })
-            })
-            .collect())
+        Ok(o.messages().iter().filter_map(delivery).collect())
     }
 
     async fn ack(&self, queue: QueueTarget, receipt: &str) -> StoreResult<()> {
@@ -106,6 +162,73 @@ impl Queue for Aws {
             .await
             .map_err(|e| unavailable("ChangeMessageVisibility", &e))?;
         Ok(())
+    }
+
+    async fn dead_letters(
+        &self,
+        queue: QueueTarget,
+        max: u32,
+        hide_ms: u64,
+    ) -> StoreResult<Vec<Delivery>> {
+        let url = self.dead_letter_url(queue).await?;
+        let mut out = Vec::new();
+        while out.len() < max as usize {
+            let got = self
+                .receive_from(&url, max - out.len() as u32, hide_ms)
+                .await?;
+            if got.is_empty() {
+                break;
+            }
+            // Received here, a dead letter's count includes these looks: the receives of
+            // its source queue are the redrive policy's.
+            out.extend(got.iter().filter_map(delivery).map(|d| Delivery {
+                receive_count: d.receive_count.min(crate::records::MAX_RECEIVES),
+                ..d
+            }));
+        }
+        Ok(out)
+    }
+
+    async fn redrive(&self, queue: QueueTarget, max: u32) -> StoreResult<usize> {
+        let url = self.dead_letter_url(queue).await?;
+        let mut moved = 0;
+        while moved < max as usize {
+            let got = self.receive_from(&url, max - moved as u32, 30_000).await?;
+            if got.is_empty() {
+                break;
+            }
+            for m in &got {
+                let Some(d) = delivery(m) else { continue };
+                let send = self
+                    .sqs
+                    .send_message()
+                    .queue_url(self.url(queue))
+                    .message_body(d.body.clone());
+                // A FIFO queue would drop a resend within 5 minutes of the original under
+                // the same deduplication id: a new one per dead letter, the same group.
+                let send = match (queue, &d.group) {
+                    (QueueTarget::Orders, Some(g)) => {
+                        send.message_group_id(g).message_deduplication_id(format!(
+                            "redrive-{}",
+                            m.message_id().unwrap_or_default()
+                        ))
+                    }
+                    _ => send,
+                };
+                send.send()
+                    .await
+                    .map_err(|e| unavailable("SendMessage redrive", &e))?;
+                self.sqs
+                    .delete_message()
+                    .queue_url(&url)
+                    .receipt_handle(&d.receipt)
+                    .send()
+                    .await
+                    .map_err(|e| unavailable("DeleteMessage dead letter", &e))?;
+                moved += 1;
+            }
+        }
+        Ok(moved)
     }
 
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
@@ -150,13 +273,19 @@ impl Queue for Aws {
                         .get_queue_attributes()
                         .queue_url(u.queue_url().unwrap_or_default())
                         .attribute_names(A::ApproximateNumberOfMessages)
+                        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
                         .send()
                         .await
                         .map_err(|e| unavailable("GetQueueAttributes", &e))?;
-                    d.attributes()
-                        .and_then(|m| m.get(&A::ApproximateNumberOfMessages))
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0)
+                    // Those the dead-letter sweep is looking at are dead letters too.
+                    let count = |a: A| -> i64 {
+                        d.attributes()
+                            .and_then(|m| m.get(&a))
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0)
+                    };
+                    count(A::ApproximateNumberOfMessages)
+                        + count(A::ApproximateNumberOfMessagesNotVisible)
                 }
                 Err(_) => 0,
             };

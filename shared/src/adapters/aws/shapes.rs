@@ -215,6 +215,8 @@ pub struct QueueShape {
     pub default_name: &'static str,
     pub fifo: bool,
     pub dead_letter_name: &'static str,
+    /// Environment variable holding the dead-letter queue's URL (else found by name).
+    pub dead_letter_env: &'static str,
     /// Receives before a message moves to the dead-letter queue.
     pub max_receive_count: u32,
 }
@@ -225,6 +227,7 @@ pub const ORDERS_QUEUE: QueueShape = QueueShape {
     default_name: "airlock-orders.fifo",
     fifo: true,
     dead_letter_name: "airlock-orders-dlq.fifo",
+    dead_letter_env: "AIRLOCK_ORDERS_DEAD_LETTER_QUEUE_URL",
     max_receive_count: crate::records::MAX_RECEIVES,
 };
 
@@ -234,6 +237,7 @@ pub const JOBS_QUEUE: QueueShape = QueueShape {
     default_name: "airlock-jobs",
     fifo: false,
     dead_letter_name: "airlock-jobs-dlq",
+    dead_letter_env: "AIRLOCK_JOBS_DEAD_LETTER_QUEUE_URL",
     max_receive_count: crate::records::MAX_RECEIVES,
 };
 

@@ -193,6 +193,64 @@ impl Queue for Sqlite {
         .await
     }
 
+    async fn dead_letters(
+        &self,
+        queue: QueueTarget,
+        max: u32,
+        hide_ms: u64,
+    ) -> StoreResult<Vec<Delivery>> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let q = queue.as_str().to_string();
+        self.write(move |tx| {
+            let rows: Vec<(i64, String, i64, String)> = tx
+                .prepare_cached(
+                    "SELECT id, body, receive_count, group_key FROM queue                      WHERE queue = ? AND status = 'dead' AND visible_at <= ? ORDER BY id LIMIT ?",
+                )
+                .and_then(|mut st| {
+                    st.query_map(params![q, now, max], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(db_err)?;
+            let mut out = Vec::with_capacity(rows.len());
+            for (id, body, count, group) in rows {
+                tx.execute(
+                    "UPDATE queue SET visible_at = ? WHERE id = ?",
+                    params![now + hide_ms as i64, id],
+                )
+                .map_err(db_err)?;
+                out.push(Delivery {
+                    receipt: format!("{id}:{count}"),
+                    body,
+                    receive_count: count as u32,
+                    group: Some(group),
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn redrive(&self, queue: QueueTarget, max: u32) -> StoreResult<usize> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let q = queue.as_str().to_string();
+        let moved = self
+            .write(move |tx| {
+                // Same row, same deduplication id: a dead letter moves, it is not copied.
+                tx.prepare_cached(
+                    "UPDATE queue SET status = 'ready', receive_count = 0, visible_at = ?                      WHERE id IN (SELECT id FROM queue WHERE queue = ? AND status = 'dead'                                   ORDER BY id LIMIT ?)",
+                )
+                .and_then(|mut st| st.execute(params![now, q, max]))
+                .map_err(db_err)
+            })
+            .await?;
+        if moved > 0 {
+            self.inner.sent.get(queue).notify_one();
+        }
+        Ok(moved)
+    }
+
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
         let stats = self.queue_stats().await?;
         Ok([QueueTarget::Orders, QueueTarget::Jobs]
