@@ -350,3 +350,72 @@ async fn random_fault_schedules_never_lose_or_double_an_action() {
     );
     assert_eq!(s.queued_messages(), 0, "seed {seed}: nothing left queued");
 }
+
+#[tokio::test]
+async fn the_worker_carries_on_when_its_writes_lose_their_replies() {
+    let (s, proxy) = start(&[
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ]);
+    let t = s.trader();
+    let before = t.position("ACC-1", "CLF27").await;
+    let p = executable_plan(&t).await;
+    // The order worker's transactions (they write the orders table) are applied, and
+    // their replies lost, twice.
+    proxy.on_matching(
+        "TransactWriteItems",
+        Some("airlock-orders\""),
+        Fault::DropReply,
+        Some(2),
+    );
+    let r = t.execute(&p, "wlost-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let a = t.settled(r["action_id"].as_str().unwrap_or_default()).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(
+        proxy.faulted("TransactWriteItems"),
+        2,
+        "both replies were dropped"
+    );
+    assert_eq!(
+        t.position("ACC-1", "CLF27").await,
+        before + 1,
+        "filled once"
+    );
+}
+
+#[tokio::test]
+async fn the_sweeper_sends_what_a_crash_left_when_sqs_comes_back() {
+    let stack = Stack::new(Backend::Aws);
+    let proxy = FaultProxy::start(&stack.emulator_endpoint().expect("emulator"));
+    let s = stack.start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AWS_ENDPOINT_URL", proxy.endpoint.as_str()),
+        ("AIRLOCK_FAILPOINTS", "execute.after_commit"),
+    ]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let died = t
+        .try_post("/actions/execute", &Api::execute_body(&p, "swept-1"))
+        .await;
+    assert!(died.is_err(), "the server died after the commit");
+    let stack = s.wait_exit(Duration::from_secs(30));
+    // SQS fails the sweeper's first sends (every attempt of them), then recovers.
+    proxy.on("SendMessage", Fault::Status500, Some(6));
+    let s = stack.start(&[
+        ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),
+        ("AWS_ENDPOINT_URL", proxy.endpoint.as_str()),
+        ("AIRLOCK_SWEEP_INTERVAL_MS", "200"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.queued_messages() == 0 {
+        assert!(Instant::now() < deadline, "the sweeper never sent it");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(proxy.faulted("SendMessage") >= 3, "the first sends failed");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s.queued_messages(), 1, "sent once");
+    let r = s.trader().execute(&p, "swept-1").await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+}
