@@ -17,8 +17,9 @@
 //!   `TransactionConflictException` without forwarding (a transaction held its item);
 //! - [`Fault::UnprocessedKeys`]: answer a `BatchGetItem` with every key unprocessed;
 //! - [`Fault::Delay`]: forward after a pause (a stalled call);
-//! - [`Fault::Stale`]: answer with the reply an identical earlier request got (an index
-//!   answering from a stale copy; the first such request is forwarded and remembered).
+//! - [`Fault::Stale`]: answer a query or scan of an index with the last reply of that
+//!   operation and index that listed anything, as recorded before (an index answering from
+//!   a stale copy); forwarded if none was recorded.
 //!
 //! The proxy counts requests per operation. One thread per connection; the listener stops
 //! when the proxy is dropped.
@@ -57,7 +58,7 @@ struct State {
     rules: Vec<Rule>,
     counts: BTreeMap<String, usize>,
     faulted: BTreeMap<String, usize>,
-    replies: HashMap<Vec<u8>, Vec<u8>>,
+    replies: HashMap<String, Vec<u8>>,
 }
 
 /// A running proxy. `endpoint` goes where the emulator's would (`AWS_ENDPOINT_URL`).
@@ -286,6 +287,32 @@ fn take_fault(state: &Mutex<State>, req: &Request) -> Option<Fault> {
     Some(fault)
 }
 
+/// Whether an index read's reply (head and JSON body) listed at least one item.
+fn listed_anything(reply: &[u8]) -> bool {
+    let body = reply
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| &reply[i + 4..])
+        .unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["Count"].as_u64())
+        .is_some_and(|n| n > 0)
+}
+
+/// The key of an index read's recorded reply: the operation and the index it names.
+fn index_read(req: &Request) -> Option<String> {
+    if req.operation != "Query" && req.operation != "Scan" {
+        return None;
+    }
+    let asked: serde_json::Value = serde_json::from_slice(&req.body).ok()?;
+    Some(format!(
+        "{}:{}",
+        req.operation,
+        asked["IndexName"].as_str()?
+    ))
+}
+
 fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
     let Ok(mut out) = conn.try_clone() else {
         return;
@@ -293,7 +320,20 @@ fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
     let mut reader = BufReader::new(conn);
     while let Some(req) = read_request(&mut reader) {
         let reply = match take_fault(state, &req) {
-            None => forward(upstream, &req).map(keep_alive),
+            None => {
+                let reply = forward(upstream, &req).map(keep_alive);
+                // Index reads that listed something are kept, for `Fault::Stale`.
+                if let (Some(copy), Some(r)) = (index_read(&req), &reply) {
+                    if listed_anything(r) {
+                        state
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .replies
+                            .insert(copy, r.clone());
+                    }
+                }
+                reply
+            }
             Some(Fault::DropReply) => {
                 let _ = forward(upstream, &req);
                 let _ = out.shutdown(Shutdown::Both);
@@ -341,25 +381,17 @@ fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
                 ))
             }
             Some(Fault::Stale) => {
-                let known = state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .replies
-                    .get(&req.body)
-                    .cloned();
+                let known = index_read(&req).and_then(|copy| {
+                    state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .replies
+                        .get(&copy)
+                        .cloned()
+                });
                 match known {
                     Some(r) => Some(r),
-                    None => {
-                        let r = forward(upstream, &req).map(keep_alive);
-                        if let Some(r) = &r {
-                            state
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .replies
-                                .insert(req.body.clone(), r.clone());
-                        }
-                        r
-                    }
+                    None => forward(upstream, &req).map(keep_alive),
                 }
             }
         };

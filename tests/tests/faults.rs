@@ -419,3 +419,39 @@ async fn the_sweeper_sends_what_a_crash_left_when_sqs_comes_back() {
     let r = s.trader().execute(&p, "swept-1").await;
     assert_eq!(r.status, 200, "{:?}", r.body);
 }
+
+#[tokio::test]
+async fn a_stale_unsent_index_does_not_make_the_sweeper_send_twice() {
+    // No workers: the action stays undelivered, so the sweeper sends it (after 1 s).
+    let (s, proxy) = start(&[
+        ("AIRLOCK_SWEEP_AFTER_MS", "1000"),
+        ("AIRLOCK_SWEEP_INTERVAL_MS", "200"),
+    ]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let r = t.execute(&p, "stale-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let action_id = r["action_id"].as_str().unwrap_or_default().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resent = |s: &Server| {
+        s.audit(&action_id)
+            .iter()
+            .filter(|a| a["decision"] == "resent")
+            .count()
+    };
+    while resent(&s) == 0 {
+        assert!(Instant::now() < deadline, "the sweeper never looked at it");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Sent and out of the index; from now on the index answers with its last listing,
+    // which still holds the action.
+    proxy.on("Query", Fault::Stale, None);
+    let passes = proxy.faulted("Query");
+    while proxy.faulted("Query") < passes + 5 {
+        assert!(Instant::now() < deadline, "the sweeper stopped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Each later pass saw the stale row, re-read the action and left it.
+    assert_eq!(resent(&s), 1, "sent again from a stale index row");
+    assert_eq!(s.queued_messages(), 1);
+}
