@@ -198,7 +198,12 @@ async fn sweep_action(st: &Sweeper, action: &ActionRecord, now: Millis) -> Resul
             return refuse(st, held, action, &why, now).await;
         }
     }
-    send_and_finish(&st.dispatch, &key, &owner, action, now).await?;
+    // One audit record per action sent late: only the sender that settles the key writes
+    // it (a sweeper that lost the lease meanwhile leaves it to the one that holds it).
+    if !send_and_finish(&st.dispatch, &key, &owner, action, now).await? {
+        tracing::warn!("lost the key's lease while sending; its holder settles it");
+        return Ok(Swept::Skipped);
+    }
     resent(st, action, now).await
 }
 
@@ -225,7 +230,9 @@ async fn sweep_decided(
     }
     send_message(&st.dispatch, action).await?;
     if !st.actions.clear_unsent(&action.action_id, now).await? {
+        // Delivered, or settled by another pass, meanwhile: that one is the record.
         tracing::debug!(idempotency_key = %key.key, "delivered meanwhile");
+        return Ok(Swept::Skipped);
     }
     resent(st, action, now).await
 }
