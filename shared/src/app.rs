@@ -120,6 +120,7 @@ impl AppState {
             plans: ports.plans.clone(),
             prices: ports.prices.clone(),
             signer: ports.signer.clone(),
+            approval_origin: config.approval_origin(),
         };
         let execute = Executor {
             clock: clock.clone(),
@@ -136,6 +137,7 @@ impl AppState {
             positions: ports.positions.clone(),
             actions: ports.actions.clone(),
             dispatch: dispatch.clone(),
+            approval_origin: config.approval_origin(),
         };
         let reads = Reads {
             accounts: ports.accounts.clone(),

@@ -60,6 +60,16 @@ pub struct Config {
     /// How long a received message stays hidden while a worker handles it; a worker that
     /// dies leaves it to be redelivered after this.
     pub worker_visibility_ms: u64,
+    /// `AIRLOCK_APPROVAL_ORIGIN`: the origin operators open approval pages at (scheme, host,
+    /// port; `https` except on `localhost`). `airlock serve` defaults it to
+    /// `http://localhost:<port>`.
+    pub approval_origin: Option<String>,
+    /// `AIRLOCK_APPROVAL_RP_ID`: the WebAuthn relying-party id (a domain, the origin's host
+    /// or a parent of it); unset, the origin's host. Passkeys are bound to it.
+    pub approval_rp_id: Option<String>,
+    /// `AIRLOCK_APPROVAL_SESSION_SECONDS`: how long a passkey sign-in on the approval page
+    /// lasts (60 to 3600, default 900).
+    pub approval_session_s: u32,
 }
 
 pub const DEFAULT_SERVICE_ISSUER: &str = "airlock-local-dev";
@@ -67,6 +77,15 @@ pub const DEFAULT_SERVICE_AUDIENCE: &str = "airlock-api";
 pub const DEFAULT_OPERATOR_ISSUER: &str = "airlock-local-dev-operators";
 pub const DEFAULT_OPERATOR_AUDIENCE: &str = "airlock-operators";
 pub const DEFAULT_CONFIRMATION_AUDIENCE: &str = "airlock-execute";
+
+impl Config {
+    /// The approval page's origin: configured, else `http://localhost:3000`.
+    pub fn approval_origin(&self) -> String {
+        self.approval_origin
+            .clone()
+            .unwrap_or_else(|| "http://localhost:3000".into())
+    }
+}
 
 impl Default for Config {
     fn default() -> Self {
@@ -98,6 +117,9 @@ impl Default for Config {
             sweep_interval_ms: 5_000,
             worker_retry_ms: 2_000,
             worker_visibility_ms: 30_000,
+            approval_origin: None,
+            approval_rp_id: None,
+            approval_session_s: 900,
         }
     }
 }
@@ -397,6 +419,9 @@ impl Config {
                 1_000,
                 43_200_000,
             )?,
+            approval_origin: var("AIRLOCK_APPROVAL_ORIGIN").map(|v| v.trim().to_string()),
+            approval_rp_id: var("AIRLOCK_APPROVAL_RP_ID").map(|v| v.trim().to_string()),
+            approval_session_s: number("AIRLOCK_APPROVAL_SESSION_SECONDS", 900, 60, 3_600)?,
         };
         c.check()?;
         Ok(c)

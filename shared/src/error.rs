@@ -47,6 +47,15 @@ codes! {
     ActionDisabled => "action_disabled",
     PolicyViolation => "policy_violation",
     RateLimited => "rate_limited",
+    ApprovalRequired => "approval_required",
+    PlanDeclined => "plan_declined",
+    SignInRequired => "sign_in_required",
+    CsrfRejected => "csrf_rejected",
+    ApprovalRefused => "approval_refused",
+    PlanNotPending => "plan_not_pending",
+    PasskeyInvalid => "passkey_invalid",
+    EnrolmentNotFound => "enrolment_not_found",
+    OperatorNotEnrolled => "operator_not_enrolled",
     UpstreamUnavailable => "upstream_unavailable",
     Internal => "internal",
 }
@@ -74,6 +83,8 @@ impl Code {
                 | ActionDisabled
                 | PolicyViolation
                 | RateLimited
+                | ApprovalRequired
+                | PlanDeclined
         )
     }
 }
@@ -111,6 +122,8 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// The action an in-flight idempotency key is working on (409), at the top level.
     pub action_id: Option<String>,
+    /// Where the operator approves the plan (409 `approval_required`), at the top level.
+    pub approval: Option<serde_json::Value>,
     /// For logs only; never sent to a client.
     pub cause: Option<String>,
 }
@@ -124,6 +137,7 @@ impl ApiError {
             // An upstream outage is always worth retrying: say when, 1 s unless told.
             retry_after: (code == Code::UpstreamUnavailable).then_some(1),
             action_id: None,
+            approval: None,
             cause: None,
         }
     }

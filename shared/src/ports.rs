@@ -14,7 +14,7 @@ use crate::domain::{
 };
 use crate::error::StoreResult;
 use crate::records::{
-    ActionRecord, AuditRecord, Control, KeyRecord, PlanRecord, QueueMessage, RateState,
+    ActionRecord, Approval, AuditRecord, Control, KeyRecord, PlanRecord, QueueMessage, RateState,
 };
 
 /// Keyset pagination: rows strictly after `after` in the listing's order.
@@ -114,6 +114,84 @@ pub trait PlanStore: Send + Sync {
     /// Stores a new plan and its audit record in one atomic write.
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()>;
     async fn get_plan(&self, plan_id: &str) -> StoreResult<Option<PlanRecord>>;
+    /// Records an operator's decision on a plan with its audit record, atomically, only if
+    /// the plan is still `planned`, has no decision yet and has not expired at `now`; a
+    /// decline also closes the plan (`closed_reason` `plan_declined`). The plan leaves the
+    /// pending-approvals listing. `false`: a condition failed; nothing was written.
+    async fn record_approval(
+        &self,
+        plan_id: &str,
+        approval: &Approval,
+        audit: &AuditRecord,
+        now: Millis,
+    ) -> StoreResult<bool>;
+    /// Plans waiting for an approval on these desks ([`PlanRecord::awaiting_desk`]),
+    /// unexpired at `now`, soonest expiry first, at most `limit`. On DynamoDB it comes from
+    /// a sparse index, which can lag: callers re-check each plan.
+    async fn list_awaiting(
+        &self,
+        desks: &DeskScope,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>>;
+}
+
+/// The kinds of documents of the approval channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocKind {
+    /// An operator who approves with passkeys: roles, desks, credentials (id = `sub`).
+    Operator,
+    /// A one-time enrolment link (id = SHA-256 of its secret).
+    Enrolment,
+    /// A WebAuthn ceremony in progress (id = random), bound to what it is for.
+    Challenge,
+    /// A passkey sign-in on the approval page (id = SHA-256 of the cookie's secret).
+    Session,
+}
+
+impl DocKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocKind::Operator => "operator",
+            DocKind::Enrolment => "enrolment",
+            DocKind::Challenge => "challenge",
+            DocKind::Session => "session",
+        }
+    }
+}
+
+/// A stored document: its JSON, its version (bumped by each write), and when it expires
+/// (after which it counts as absent everywhere).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Doc {
+    pub body: serde_json::Value,
+    pub version: u64,
+    pub expires_at: Option<Millis>,
+}
+
+/// The approval channel's documents (operators, enrolments, challenges, sessions). The
+/// store only keeps them and checks versions and expiry; what they mean lives in
+/// `protocol::approvals`.
+#[async_trait]
+pub trait ApprovalStore: Send + Sync {
+    /// A live document (an expired one counts as absent).
+    async fn get_doc(&self, kind: DocKind, id: &str, now: Millis) -> StoreResult<Option<Doc>>;
+    /// Writes `doc` (whose `version` is the new version) only if the stored version is
+    /// `expected` (0: absent or expired). `false`: another write came first; nothing was
+    /// written.
+    async fn put_doc(
+        &self,
+        kind: DocKind,
+        id: &str,
+        doc: &Doc,
+        expected: u64,
+        now: Millis,
+    ) -> StoreResult<bool>;
+    /// Deletes a live document and returns it: of concurrent takers exactly one gets it
+    /// (single-use challenges and enrolment links).
+    async fn take_doc(&self, kind: DocKind, id: &str, now: Millis) -> StoreResult<Option<Doc>>;
+    /// Every live document of a kind (the operators, for `airlock operators list`).
+    async fn list_docs(&self, kind: DocKind, now: Millis) -> StoreResult<Vec<Doc>>;
 }
 
 /// The conditions an execute commit is checked against, atomically with its writes.

@@ -16,8 +16,43 @@ pub enum PlanStatus {
     Planned,
     /// Consumed by an execute; `action_id` is set.
     Executed,
-    /// Closed by a rejection at execute (kill switch, rollout mode, policy re-check).
+    /// Closed by a rejection at execute (kill switch, rollout mode, policy re-check), or
+    /// declined by an operator on the approval page (`closed_reason` `plan_declined`).
     Closed,
+}
+
+/// What an operator decided on the approval page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Approved,
+    Declined,
+}
+
+impl ApprovalDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::Approved => "approved",
+            ApprovalDecision::Declined => "declined",
+        }
+    }
+}
+
+/// An operator's approval or decline of a plan, made with a passkey assertion whose
+/// challenge was bound to the plan id and payload hash. Written once, on the plan, only
+/// while the plan is planned and unexpired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub decision: ApprovalDecision,
+    /// The operator who approved (their passkey's `sub`).
+    pub approver: String,
+    /// The passkey's credential id (base64url).
+    pub credential_id: String,
+    /// The authenticator's user-verified flag (always true: verification is required).
+    pub user_verified: bool,
+    /// The payload hash the operator saw and signed for.
+    pub payload_hash: String,
+    pub at: Millis,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +81,42 @@ pub struct PlanRecord {
     /// the band against it under the policy then in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_price: Option<crate::domain::Price>,
+    /// How the plan is confirmed (the policy's mode for its action type at plan time).
+    #[serde(default = "token_mode")]
+    pub confirmation: crate::policy::ConfirmationMode,
+    /// `operator` mode above the policy's four-eyes notional: the approver must be another
+    /// operator with `approve` on the plan's desk.
+    #[serde(default)]
+    pub four_eyes: bool,
+    /// The operator's decision on the approval page (`operator` mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+}
+
+fn token_mode() -> crate::policy::ConfirmationMode {
+    crate::policy::ConfirmationMode::Token
+}
+
+impl PlanRecord {
+    /// An `operator`-mode plan that can still be approved or declined: executable, planned,
+    /// undecided and unexpired at `now`.
+    pub fn awaits_approval(&self, now: Millis) -> bool {
+        self.confirmation == crate::policy::ConfirmationMode::Operator
+            && self.executable
+            && self.status == PlanStatus::Planned
+            && self.approval.is_none()
+            && now < self.expires_at
+    }
+
+    /// The desk whose approvers are asked, while the plan awaits approval: the key of the
+    /// pending-approvals listing (absent otherwise, so the listing stays small).
+    pub fn awaiting_desk(&self) -> Option<&str> {
+        (self.confirmation == crate::policy::ConfirmationMode::Operator
+            && self.executable
+            && self.status == PlanStatus::Planned
+            && self.approval.is_none())
+        .then_some(self.desk.as_str())
+    }
 }
 
 /// What an execute points at: the order or job the worker will create.
@@ -295,6 +366,15 @@ pub struct AuditRecord {
     pub tool_call_id: Option<String>,
     pub request_id: String,
     pub policy_version: Option<String>,
+    /// Approval events: who approved or declined (their passkey's `sub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
+    /// Approval events: the passkey's credential id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_id: Option<String>,
+    /// Approval events: the authenticator's user-verified flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_verified: Option<bool>,
 }
 
 #[cfg(test)]

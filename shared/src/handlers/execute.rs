@@ -53,17 +53,18 @@ async fn handler(
 fn check_execute_request(req: &ExecuteRequest) -> Result<(), ApiError> {
     check_ident("/plan_id", &req.plan_id)
         .map_err(|_| ApiError::invalid("/plan_id", "must be a plan id from POST /actions/plan"))?;
-    let t = &req.confirmation_token;
-    if t.is_empty()
-        || t.len() > 4096
-        || !t
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err(ApiError::invalid(
-            "/confirmation_token",
-            "must be the token from the plan",
-        ));
+    if let Some(t) = &req.confirmation_token {
+        if t.is_empty()
+            || t.len() > 4096
+            || !t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return Err(ApiError::invalid(
+                "/confirmation_token",
+                "must be the token from the plan",
+            ));
+        }
     }
     if let Some(c) = &req.chat_context {
         super::check_chat_context(c, "/chat_context")?;

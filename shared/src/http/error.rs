@@ -23,8 +23,13 @@ pub fn status_of(code: Code) -> StatusCode {
             StatusCode::FORBIDDEN
         }
         TokenInvalid | TokenExpired | PlanExpired | PlanNotExecutable | IdempotencyKeyReused
-        | PolicyViolation => StatusCode::UNPROCESSABLE_ENTITY,
-        PlanAlreadyExecuted | IdempotencyKeyInFlight => StatusCode::CONFLICT,
+        | PolicyViolation | PlanDeclined | PasskeyInvalid => StatusCode::UNPROCESSABLE_ENTITY,
+        PlanAlreadyExecuted | IdempotencyKeyInFlight | ApprovalRequired | PlanNotPending => {
+            StatusCode::CONFLICT
+        }
+        SignInRequired => StatusCode::UNAUTHORIZED,
+        CsrfRejected | ApprovalRefused => StatusCode::FORBIDDEN,
+        EnrolmentNotFound | OperatorNotEnrolled => StatusCode::NOT_FOUND,
         RateLimited => StatusCode::TOO_MANY_REQUESTS,
         UpstreamUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -42,6 +47,9 @@ pub struct ErrorBody<'a> {
     /// The action a rejection is about, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action_id: Option<&'a str>,
+    /// Where the operator approves the plan (409 `approval_required`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<&'a serde_json::Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -63,6 +71,7 @@ pub fn error_body(e: &ApiError) -> ErrorBody<'_> {
         request_id: current_request_id(),
         status: e.code.is_execute_rejection().then_some("rejected"),
         action_id: e.action_id.as_deref(),
+        approval: e.approval.as_ref(),
     }
 }
 

@@ -13,12 +13,14 @@ pub use checks::{
 };
 pub use control::{Control, RolloutMode};
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::calendar::ExchangeCalendar;
+use crate::domain::ActionType;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -95,6 +97,43 @@ pub struct Policy {
     pub price_band_pct: Decimal,
     /// ...or this many dollars, whichever is wider (a reference near zero still has a band).
     pub price_band_min: Decimal,
+    /// How each action type is confirmed: `operator` (a person approves on Airlock's own
+    /// page with a passkey; the caller never holds a token) or `token` (the plan hands the
+    /// caller a confirmation token). A type missing here takes [`default_confirmation`].
+    pub confirmation: BTreeMap<String, ConfirmationMode>,
+    /// Above this notional (USD: contracts x 1,000 barrels x the plan's reference price),
+    /// an `order.submit.cl` in `operator` mode needs a second person's approval: another
+    /// operator with `approve` on the plan's desk. `None`: never.
+    pub four_eyes_above_notional: Option<Decimal>,
+}
+
+/// How the human confirmation of an action type is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfirmationMode {
+    /// The operator approves on Airlock's approval page with a passkey; the plan carries no
+    /// confirmation token and execute waits for the approval.
+    Operator,
+    /// The plan returns a confirmation token to the caller, who sends it to execute.
+    Token,
+}
+
+impl ConfirmationMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfirmationMode::Operator => "operator",
+            ConfirmationMode::Token => "token",
+        }
+    }
+}
+
+/// The default confirmation of an action type: a person approves new orders; cancels and
+/// syncs reduce risk and must work in a crisis, so the caller's token confirms them.
+pub fn default_confirmation(a: ActionType) -> ConfirmationMode {
+    match a {
+        ActionType::OrderSubmitCl => ConfirmationMode::Operator,
+        ActionType::OrderCancel | ActionType::PositionsSync => ConfirmationMode::Token,
+    }
 }
 
 impl Default for Policy {
@@ -110,6 +149,11 @@ impl Default for Policy {
             allow_negative_prices: true,
             price_band_pct: Decimal::new(20, 0),
             price_band_min: Decimal::new(100, 2),
+            confirmation: ActionType::ALL
+                .iter()
+                .map(|a| (a.as_str().to_string(), default_confirmation(*a)))
+                .collect(),
+            four_eyes_above_notional: None,
         }
     }
 }
@@ -144,7 +188,34 @@ impl Policy {
         if self.price_band_min < Decimal::ZERO || self.price_band_min > Decimal::new(1000, 0) {
             return Err("price_band_min must be between 0 and 1000".into());
         }
+        if let Some(t) = self.four_eyes_above_notional {
+            if t < Decimal::ZERO {
+                return Err("four_eyes_above_notional must not be negative".into());
+            }
+        }
+        for k in self.confirmation.keys() {
+            if k.parse::<ActionType>().is_err() {
+                return Err(format!("confirmation: unknown action type {k}"));
+            }
+        }
         Ok(())
+    }
+
+    /// How `a` is confirmed under this policy.
+    pub fn confirmation(&self, a: ActionType) -> ConfirmationMode {
+        self.confirmation
+            .get(a.as_str())
+            .copied()
+            .unwrap_or_else(|| default_confirmation(a))
+    }
+
+    /// Whether an order of this notional (USD, absolute) needs a second person.
+    pub fn needs_four_eyes(&self, notional: Option<Decimal>) -> bool {
+        match self.four_eyes_above_notional {
+            None => false,
+            // No reference price to measure with: the second person is the safe answer.
+            Some(limit) => notional.is_none_or(|n| n > limit),
+        }
     }
 
     /// The version recorded on plans: the policy's and the calendar's.

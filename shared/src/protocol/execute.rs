@@ -45,8 +45,9 @@ use crate::ports::{
     AccountStore, ActionStore, AuditLog, CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger,
     KeyCondition, PlanChange, PositionStore, Queue, Reservation,
 };
+use crate::policy::ConfirmationMode;
 use crate::records::{
-    ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
+    ActionRecord, ApprovalDecision, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
     QueueMessage, RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
 };
 use crate::token::ConfirmationVerifier;
@@ -59,7 +60,10 @@ const MAX_ROUNDS: usize = 16;
 #[serde(deny_unknown_fields)]
 pub struct ExecuteRequest {
     pub plan_id: String,
-    pub confirmation_token: String,
+    /// The plan's confirmation token (`token` mode); absent or null for a plan the
+    /// operator approves on the approval page (`operator` mode).
+    #[serde(default)]
+    pub confirmation_token: Option<String>,
     pub idempotency_key: IdempotencyKey,
     pub requested_by: String,
     #[serde(default)]
@@ -171,6 +175,9 @@ impl Ctx<'_> {
             tool_call_id: self.facts.chat.tool_call_id.clone(),
             request_id: self.facts.request_id.to_string(),
             policy_version: None,
+            approver: None,
+            credential_id: None,
+            user_verified: None,
         }
     }
 
@@ -243,6 +250,8 @@ pub struct Executor {
     pub positions: Arc<dyn PositionStore>,
     pub actions: Arc<dyn ActionStore>,
     pub dispatch: Dispatch,
+    /// Where operators approve plans (the `approval_required` answer names the page).
+    pub approval_origin: String,
 }
 
 /// Steps 5 and 6 of execute, shared with the sweeper: send an accepted action's message,
@@ -282,11 +291,13 @@ async fn execute(
             "must be a plan id from POST /actions/plan",
         ));
     }
-    if req.confirmation_token.is_empty() || req.confirmation_token.len() > 4096 {
-        return Err(ApiError::invalid(
-            "/confirmation_token",
-            "must be the token from the plan",
-        ));
+    if let Some(t) = &req.confirmation_token {
+        if t.is_empty() || t.len() > 4096 {
+            return Err(ApiError::invalid(
+                "/confirmation_token",
+                "must be the token from the plan",
+            ));
+        }
     }
     if let Some(h) = header_key {
         if h != req.idempotency_key.as_str() {
@@ -413,61 +424,11 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
         return Err(e);
     }
 
-    // 3. The confirmation token, locally (no signer call).
-    let claims = match st
-        .confirmations
-        .verify(&ctx.req.confirmation_token, now.div_euclid(1000))
-        .await
-    {
-        Ok(c) => c,
-        Err(TokenFault::Expired(exp)) => {
-            let e = ApiError::new(
-                Code::TokenExpired,
-                format!(
-                    "The confirmation token expired at {}; ask for a new plan and confirm it again.",
-                    human_time(exp * 1000)
-                ),
-            );
-            return Err(ctx.reject(e, None).await);
-        }
-        Err(TokenFault::Invalid(why)) => {
-            let e = ApiError::new(
-                Code::TokenInvalid,
-                format!("The confirmation token is not valid: {why}. Use the token returned by the plan."),
-            );
-            return Err(ctx.reject(e, None).await);
-        }
-        // The signer's public key could not be fetched (KMS unreachable).
-        Err(TokenFault::Unavailable) => {
-            return Err(ApiError::new(
-                Code::UpstreamUnavailable,
-                "The confirmation key is unavailable; retry shortly.",
-            ))
-        }
+    // 3. The confirmation token, locally (no signer call), when one was sent.
+    let claims = match &ctx.req.confirmation_token {
+        Some(token) => Some(verify_token(ctx, token, now).await?),
+        None => None,
     };
-    let bound = [
-        (
-            claims.plan_id == ctx.req.plan_id,
-            "it was issued for another plan",
-        ),
-        (
-            claims.requested_by == ctx.req.requested_by,
-            "it was issued for another requester",
-        ),
-        (
-            claims.sub == ctx.caller.service.sub,
-            "it was issued to another service principal",
-        ),
-    ];
-    if let Some((_, why)) = bound.iter().find(|(ok, _)| !ok) {
-        let e = ApiError::new(
-            Code::TokenInvalid,
-            format!(
-                "The confirmation token is not valid: {why}. Use the token returned by this plan."
-            ),
-        );
-        return Err(ctx.reject(e, None).await);
-    }
 
     // The plan, as this operator may see it.
     let plan = match snap.plan {
@@ -482,12 +443,45 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
             return Err(ctx.reject(e, None).await);
         }
     };
-    if claims.payload_hash != plan.payload_hash {
-        let e = ApiError::new(
-            Code::TokenInvalid,
-            "The confirmation token does not match the plan's payload; ask for a new plan.",
-        );
-        return Err(ctx.reject(e, Some(&plan)).await);
+    // The confirmation this plan needs: its token, or its operator's approval.
+    match (plan.confirmation, claims) {
+        (ConfirmationMode::Token, Some(claims)) => {
+            if claims.payload_hash != plan.payload_hash {
+                let e = ApiError::new(
+                    Code::TokenInvalid,
+                    "The confirmation token does not match the plan's payload; ask for a new plan.",
+                );
+                return Err(ctx.reject(e, Some(&plan)).await);
+            }
+        }
+        (ConfirmationMode::Token, None) => {
+            return Err(ApiError::invalid(
+                "/confirmation_token",
+                "this plan is confirmed with its confirmation token; send the token its plan returned",
+            ))
+        }
+        (ConfirmationMode::Operator, Some(_)) => {
+            let e = ApiError::new(
+                Code::TokenInvalid,
+                "This plan is approved by the operator on Airlock's approval page, not with a token; execute it without confirmation_token once approved.",
+            );
+            return Err(ctx.reject(e, Some(&plan)).await);
+        }
+        (ConfirmationMode::Operator, None) => {
+            if plan.requested_by != ctx.req.requested_by {
+                let e = ApiError::new(
+                    Code::OperatorMismatch,
+                    format!(
+                        "Plan {} was requested by operator {}; only its requester executes it.",
+                        plan.plan_id, plan.requested_by
+                    ),
+                );
+                return Err(ctx.reject(e, Some(&plan)).await);
+            }
+            if let Some(e) = approval_gate(&ctx.state.approval_origin, &plan, now) {
+                return Err(ctx.reject(e, Some(&plan)).await);
+            }
+        }
     }
 
     // 4. Decide, then commit atomically.
@@ -554,6 +548,110 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 }
             }
         }
+    }
+}
+
+/// Verifies the confirmation token and its binding to this request (plan, requester,
+/// service principal). A refusal is audited.
+async fn verify_token(
+    ctx: &Ctx<'_>,
+    token: &str,
+    now: Millis,
+) -> Result<crate::token::ConfirmationClaims, ApiError> {
+    let claims = match ctx
+        .state
+        .confirmations
+        .verify(token, now.div_euclid(1000))
+        .await
+    {
+        Ok(c) => c,
+        Err(TokenFault::Expired(exp)) => {
+            let e = ApiError::new(
+                Code::TokenExpired,
+                format!(
+                    "The confirmation token expired at {}; ask for a new plan and confirm it again.",
+                    human_time(exp * 1000)
+                ),
+            );
+            return Err(ctx.reject(e, None).await);
+        }
+        Err(TokenFault::Invalid(why)) => {
+            let e = ApiError::new(
+                Code::TokenInvalid,
+                format!("The confirmation token is not valid: {why}. Use the token returned by the plan."),
+            );
+            return Err(ctx.reject(e, None).await);
+        }
+        // The signer's public key could not be fetched (KMS unreachable).
+        Err(TokenFault::Unavailable) => {
+            return Err(ApiError::new(
+                Code::UpstreamUnavailable,
+                "The confirmation key is unavailable; retry shortly.",
+            ))
+        }
+    };
+    let bound = [
+        (
+            claims.plan_id == ctx.req.plan_id,
+            "it was issued for another plan",
+        ),
+        (
+            claims.requested_by == ctx.req.requested_by,
+            "it was issued for another requester",
+        ),
+        (
+            claims.sub == ctx.caller.service.sub,
+            "it was issued to another service principal",
+        ),
+    ];
+    if let Some((_, why)) = bound.iter().find(|(ok, _)| !ok) {
+        let e = ApiError::new(
+            Code::TokenInvalid,
+            format!(
+                "The confirmation token is not valid: {why}. Use the token returned by this plan."
+            ),
+        );
+        return Err(ctx.reject(e, None).await);
+    }
+    Ok(claims)
+}
+
+/// An `operator`-mode plan executes only once its operator approved it on the approval
+/// page. Before that the answer is 409 `approval_required`, which decides nothing: no key
+/// is recorded and no rate is used, so the same execute succeeds after the approval. A
+/// declined, expired, executed or closed plan is left to [`decide`], which records it.
+fn approval_gate(origin: &str, plan: &PlanRecord, now: Millis) -> Option<ApiError> {
+    if plan.awaits_approval(now) {
+        let url = super::plan::approval_url(origin, &plan.plan_id);
+        let mut e = ApiError::new(
+            Code::ApprovalRequired,
+            format!(
+                "Plan {} waits for the operator's approval: open {} and approve it with your passkey, then execute again with the same idempotency key (before {}).",
+                plan.plan_id,
+                url,
+                human_time(plan.expires_at)
+            ),
+        );
+        e.approval = Some(serde_json::json!({
+            "required": true,
+            "url": url,
+            "expires_at": rfc3339(plan.expires_at),
+            "four_eyes": plan.four_eyes,
+        }));
+        return Some(e);
+    }
+    match &plan.approval {
+        // An approval is bound to what was seen: the plan's payload hash, before expiry.
+        Some(a)
+            if a.decision == ApprovalDecision::Approved
+                && (a.payload_hash != plan.payload_hash || a.at >= plan.expires_at) =>
+        {
+            Some(ApiError::new(
+                Code::PlanNotExecutable,
+                "The approval on this plan does not match its payload; ask for a new plan.",
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -629,6 +727,20 @@ async fn decide(
                     format!(
                         "This plan was already executed as action {}; check its status instead of executing again.",
                         plan.action_id.as_deref().unwrap_or("?")
+                    ),
+                ),
+                false,
+            )
+        }
+        PlanStatus::Closed
+            if plan.closed_reason.as_deref() == Some(Code::PlanDeclined.as_str()) =>
+        {
+            return reject(
+                ApiError::new(
+                    Code::PlanDeclined,
+                    format!(
+                        "The operator declined this plan on the approval page ({}); it will not execute. Plan again if the trade is still wanted.",
+                        plan.approval.as_ref().map(|a| a.approver.as_str()).unwrap_or("declined")
                     ),
                 ),
                 false,
@@ -1191,5 +1303,8 @@ pub(crate) fn resent_audit(
         tool_call_id: action.message.trace.tool_call_id.clone(),
         request_id,
         policy_version: None,
+        approver: None,
+        credential_id: None,
+        user_verified: None,
     }
 }

@@ -46,6 +46,9 @@ pub struct Planner {
     pub plans: Arc<dyn PlanStore>,
     pub prices: Arc<dyn Prices>,
     pub signer: Arc<dyn Signer>,
+    /// Where operators approve plans (`AIRLOCK_APPROVAL_ORIGIN`): the approval page of a
+    /// plan is `<origin>/approvals/plans/<plan_id>`.
+    pub approval_origin: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -71,6 +74,26 @@ pub struct PlanResponse {
     pub expires_at: String,
     pub queue_target: crate::domain::QueueTarget,
     pub policy_version: String,
+    /// `operator` confirmation: where the operator approves. `null` when the caller
+    /// confirms with the token, or when the plan is not executable.
+    pub approval: Option<ApprovalInfo>,
+}
+
+/// Where and until when an `operator`-mode plan can be approved. The URL names the plan
+/// and carries nothing that lets its holder approve: the page needs a passkey.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApprovalInfo {
+    pub required: bool,
+    pub url: String,
+    pub expires_at: String,
+    /// A second operator with `approve` on the desk must approve (the policy's
+    /// `four_eyes_above_notional`).
+    pub four_eyes: bool,
+}
+
+/// The approval page of a plan.
+pub fn approval_url(origin: &str, plan_id: &str) -> String {
+    format!("{}/approvals/plans/{plan_id}", origin.trim_end_matches('/'))
 }
 
 /// What an evaluated action amounts to, before it is stored.
@@ -80,6 +103,17 @@ struct Evaluated {
     checks: Vec<RiskCheck>,
     preview: String,
     reference: Option<Price>,
+    /// Contracts x 1,000 barrels x the reference price, absolute, USD (orders only; `None`
+    /// without a reference price).
+    notional: Option<rust_decimal::Decimal>,
+}
+
+/// Barrels per CL contract.
+pub const CL_CONTRACT_BARRELS: i64 = 1_000;
+
+/// The notional of `quantity` contracts at `price`: absolute USD.
+pub fn notional(quantity: u32, price: Price) -> rust_decimal::Decimal {
+    (price.value() * rust_decimal::Decimal::from(quantity as i64 * CL_CONTRACT_BARRELS)).abs()
 }
 
 fn tif_words(t: TimeInForce) -> &'static str {
@@ -148,9 +182,16 @@ async fn evaluate_order(
     let contract = ClContract::parse(&o.symbol).ok();
     let exposure =
         order_inputs_exposure(state.positions.as_ref(), &account.account_id, contract).await?;
+    let pol = policy::in_force(&state.policy, control);
+    let wants_notional = pol.four_eyes_above_notional.is_some()
+        && pol.confirmation(ActionType::OrderSubmitCl) == policy::ConfirmationMode::Operator;
+    let price_now = match (o.order_type, wants_notional) {
+        (OrderType::Market, false) => None,
+        _ => reference_price(state, contract).await?,
+    };
     let reference = match o.order_type {
         OrderType::Market => None,
-        _ => reference_price(state, contract).await?,
+        _ => price_now,
     };
     let inputs = OrderInputs {
         policy: policy::in_force(&state.policy, control),
@@ -185,6 +226,7 @@ async fn evaluate_order(
         account,
         checks,
         reference,
+        notional: price_now.map(|p| notional(o.quantity.get(), p)),
     })
 }
 
@@ -224,6 +266,7 @@ async fn evaluate_cancel(
         account,
         checks,
         reference: None,
+        notional: None,
     })
 }
 
@@ -247,6 +290,7 @@ async fn evaluate_sync(
         account,
         checks,
         reference: None,
+        notional: None,
     })
 }
 
@@ -296,9 +340,14 @@ async fn plan(
     let plan_id = new_id("pln", now);
     let hash = payload_hash(&eval.normalized.to_json());
     let executable = !eval.checks.iter().any(RiskCheck::failed);
-    let policy_version =
-        policy::in_force(&state.policy, &control).full_version(ExchangeCalendar::cme());
-    let confirmation_token = if executable {
+    let pol = policy::in_force(&state.policy, &control);
+    let policy_version = pol.full_version(ExchangeCalendar::cme());
+    let confirmation = pol.confirmation(req.action_type);
+    let operator_mode = confirmation == policy::ConfirmationMode::Operator;
+    let four_eyes = operator_mode
+        && req.action_type == ActionType::OrderSubmitCl
+        && pol.needs_four_eyes(eval.notional);
+    let confirmation_token = if executable && !operator_mode {
         let claims = ConfirmationClaims {
             iss: CONFIRMATION_ISSUER.into(),
             aud: state.confirmation_audience.clone(),
@@ -337,6 +386,9 @@ async fn plan(
         chat_context: serde_json::to_value(&chat).unwrap_or_default(),
         request_id: request_id.to_string(),
         reference_price: eval.reference,
+        confirmation,
+        four_eyes,
+        approval: None,
     };
     let failed: Vec<&str> = eval
         .checks
@@ -365,10 +417,20 @@ async fn plan(
         tool_call_id: chat.tool_call_id.clone(),
         request_id: request_id.to_string(),
         policy_version: Some(policy_version.clone()),
+        approver: None,
+        credential_id: None,
+        user_verified: None,
     };
     state.plans.put_plan(&record, &audit).await?;
 
+    let approval = (executable && operator_mode).then(|| ApprovalInfo {
+        required: true,
+        url: approval_url(&state.approval_origin, &plan_id),
+        expires_at: rfc3339(expires_at),
+        four_eyes,
+    });
     Ok(PlanResponse {
+        approval,
         plan_id,
         action_type: req.action_type,
         normalized_payload: eval.normalized,

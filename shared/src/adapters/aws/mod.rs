@@ -6,6 +6,7 @@
 
 mod accounts;
 mod actions;
+mod approvals;
 mod audit;
 pub mod bootstrap;
 pub mod calls;
@@ -80,6 +81,7 @@ pub struct Names {
     pub control: String,
     pub rate_limits: String,
     pub paper_broker: String,
+    pub approvals: String,
     pub orders_queue_url: String,
     pub jobs_queue_url: String,
     pub signing_key_id: String,
@@ -265,6 +267,7 @@ impl Names {
             control: shapes::CONTROL.name(given),
             rate_limits: shapes::RATE_LIMITS.name(given),
             paper_broker: shapes::PAPER_BROKER.name(given),
+            approvals: shapes::APPROVALS.name(given),
             orders_queue_url,
             jobs_queue_url,
             signing_key_id: shapes::signing_key(given),

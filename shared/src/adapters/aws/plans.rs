@@ -4,12 +4,13 @@
 use super::audit::audit_put;
 use super::ddb::{self, from_body, get_s, n, opt_s, s, Item};
 use super::{unavailable, Aws};
+use crate::auth::DeskScope;
 use crate::domain::Millis;
-use crate::error::{StoreError, StoreResult};
+use crate::error::{Code, StoreError, StoreResult};
 use crate::ports::PlanStore;
-use crate::records::{AuditRecord, PlanRecord, PlanStatus};
+use crate::records::{Approval, ApprovalDecision, AuditRecord, PlanRecord, PlanStatus};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use std::collections::HashMap;
 
 /// A plan item's body overlaid with its mutable attributes.
@@ -23,6 +24,12 @@ pub(super) fn plan_from_item(item: &Item) -> StoreResult<PlanRecord> {
     };
     p.action_id = opt_s(item, "action_id");
     p.closed_reason = opt_s(item, "closed_reason");
+    if let Some(a) = opt_s(item, "approval") {
+        p.approval = Some(
+            serde_json::from_str(&a)
+                .map_err(|e| StoreError::Corrupt(format!("plan approval: {e}")))?,
+        );
+    }
     Ok(p)
 }
 
@@ -33,7 +40,7 @@ pub(super) const PLAN_RETENTION_MS: Millis = 7 * 24 * 3600 * 1000;
 #[async_trait]
 impl PlanStore for Aws {
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()> {
-        let item: Item = HashMap::from([
+        let mut item: Item = HashMap::from([
             ("plan_id".to_string(), s(plan.plan_id.clone())),
             ("status".to_string(), s("planned")),
             ("expires_at".to_string(), n(plan.expires_at)),
@@ -43,6 +50,9 @@ impl PlanStore for Aws {
             ),
             ("body".to_string(), ddb::body(plan)?),
         ]);
+        if let Some(desk) = plan.awaiting_desk() {
+            item.insert("awaiting_desk".to_string(), s(desk));
+        }
         let put = Put::builder()
             .table_name(&self.names.plans)
             .set_item(Some(item))
@@ -64,5 +74,77 @@ impl PlanStore for Aws {
             .await?
             .map(|i| plan_from_item(&i))
             .transpose()
+    }
+
+    async fn record_approval(
+        &self,
+        plan_id: &str,
+        approval: &Approval,
+        audit: &AuditRecord,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let text = serde_json::to_string(approval)
+            .map_err(|e| StoreError::Corrupt(format!("encoding approval: {e}")))?;
+        let mut up = Update::builder()
+            .table_name(&self.names.plans)
+            .key("plan_id", s(plan_id))
+            .condition_expression(
+                "#st = :planned AND attribute_not_exists(approval) AND expires_at > :now",
+            )
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":planned", s("planned"))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":a", s(text));
+        up = match approval.decision {
+            ApprovalDecision::Approved => {
+                up.update_expression("SET approval = :a REMOVE awaiting_desk")
+            }
+            ApprovalDecision::Declined => up
+                .update_expression(
+                    "SET approval = :a, #st = :closed, closed_reason = :r REMOVE awaiting_desk",
+                )
+                .expression_attribute_values(":closed", s("closed"))
+                .expression_attribute_values(":r", s(Code::PlanDeclined.as_str())),
+        };
+        let up = up
+            .build()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.transact_if(
+            &[
+                TransactWriteItem::builder().update(up).build(),
+                audit_put(&self.names.audit, audit)?,
+            ],
+            "TransactWriteItems approval",
+        )
+        .await
+    }
+
+    async fn list_awaiting(
+        &self,
+        desks: &DeskScope,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>> {
+        let mut out = Vec::new();
+        for desk in self.desks(desks).await? {
+            let o = self
+                .ddb
+                .query()
+                .table_name(&self.names.plans)
+                .index_name("awaiting")
+                .key_condition_expression("awaiting_desk = :d AND expires_at > :now")
+                .expression_attribute_values(":d", s(desk.clone()))
+                .expression_attribute_values(":now", n(now))
+                .limit(limit as i32)
+                .send()
+                .await
+                .map_err(|e| unavailable("Query plans awaiting", &e))?;
+            for item in o.items.unwrap_or_default() {
+                out.push(plan_from_item(&item)?);
+            }
+        }
+        out.sort_by(|a, b| (a.expires_at, &a.plan_id).cmp(&(b.expires_at, &b.plan_id)));
+        out.truncate(limit as usize);
+        Ok(out)
     }
 }

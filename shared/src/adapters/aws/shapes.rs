@@ -111,12 +111,32 @@ pub const JOBS: Table = Table {
     ttl: None,
 };
 
+/// `awaiting_desk` (the plan's desk) is present only while an `operator`-mode plan waits
+/// for its approval: a sparse index for the pending-approvals listing.
 pub const PLANS: Table = Table {
     logical_id: "PlansTable",
     env: "AIRLOCK_PLANS_TABLE",
     default_name: "airlock-plans",
     partition: "plan_id",
     sort: None,
+    indexes: &[Index {
+        name: "awaiting",
+        partition: "awaiting_desk",
+        sort: "expires_at",
+        sort_is_number: true,
+    }],
+    ttl: Some("ttl"),
+};
+
+/// The approval channel's documents by kind (`operator`, `enrolment`, `challenge`,
+/// `session`) and id, each with a version and an expiry (`expires_at` millis, compared by
+/// every read and condition; `ttl` seconds for DynamoDB's lazy deletion).
+pub const APPROVALS: Table = Table {
+    logical_id: "ApprovalsTable",
+    env: "AIRLOCK_APPROVALS_TABLE",
+    default_name: "airlock-approvals",
+    partition: "kind",
+    sort: Some("id"),
     indexes: &[],
     ttl: Some("ttl"),
 };
@@ -203,6 +223,7 @@ pub const TABLES: &[Table] = &[
     CONTROL,
     RATE_LIMITS,
     PAPER_BROKER,
+    APPROVALS,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -187,7 +187,7 @@ impl ExecuteLedger for Sqlite {
                     .unwrap_or_default();
                 let text = serde_json::to_string(&plan).map_err(json_err)?;
                 tx.execute(
-                    "UPDATE plans SET status = ?, body = ? WHERE plan_id = ?",
+                    "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
                     params![status, text, plan_id],
                 )
                 .map_err(db_err)?;

@@ -4,6 +4,7 @@
 
 mod accounts;
 mod actions;
+mod approvals;
 mod audit;
 mod control;
 mod jobs;

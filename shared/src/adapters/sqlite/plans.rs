@@ -5,8 +5,12 @@ use super::rows::one_body;
 use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::PlanStore;
-use crate::records::{AuditRecord, PlanRecord};
+use super::rows::desk_clause;
+use crate::auth::DeskScope;
+use crate::domain::Millis;
+use crate::records::{Approval, ApprovalDecision, AuditRecord, PlanRecord, PlanStatus};
 use async_trait::async_trait;
+use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 
 #[async_trait]
@@ -14,11 +18,13 @@ impl PlanStore for Sqlite {
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()> {
         let plan_body = serde_json::to_string(plan).map_err(json_err)?;
         let (id, status, exp) = (plan.plan_id.clone(), "planned".to_string(), plan.expires_at);
+        let awaiting = plan.awaiting_desk().map(String::from);
         let audit = audit.clone();
         self.write(move |tx| {
             tx.execute(
-                "INSERT INTO plans (plan_id, status, expires_at, body) VALUES (?, ?, ?, ?)",
-                params![id, status, exp, plan_body],
+                "INSERT INTO plans (plan_id, status, expires_at, body, awaiting_desk) \
+                 VALUES (?, ?, ?, ?, ?)",
+                params![id, status, exp, plan_body, awaiting],
             )
             .map_err(db_err)?;
             append_audit(tx, &audit)
@@ -29,6 +35,69 @@ impl PlanStore for Sqlite {
     async fn get_plan(&self, plan_id: &str) -> StoreResult<Option<PlanRecord>> {
         let id = plan_id.to_string();
         self.read(move |c| load_plan(c, &id)).await
+    }
+
+    async fn record_approval(
+        &self,
+        plan_id: &str,
+        approval: &Approval,
+        audit: &AuditRecord,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let (id, approval, audit) = (plan_id.to_string(), approval.clone(), audit.clone());
+        self.write(move |tx| {
+            let Some(mut plan) = load_plan(tx, &id)? else {
+                return Ok(false);
+            };
+            if plan.status != PlanStatus::Planned || plan.approval.is_some() || now >= plan.expires_at
+            {
+                return Ok(false);
+            }
+            if approval.decision == ApprovalDecision::Declined {
+                plan.status = PlanStatus::Closed;
+                plan.closed_reason = Some(crate::error::Code::PlanDeclined.as_str().into());
+            }
+            plan.approval = Some(approval);
+            let status = if plan.status == PlanStatus::Closed { "closed" } else { "planned" };
+            let text = serde_json::to_string(&plan).map_err(json_err)?;
+            tx.execute(
+                "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
+                params![status, text, id],
+            )
+            .map_err(db_err)?;
+            append_audit(tx, &audit)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn list_awaiting(
+        &self,
+        desks: &DeskScope,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>> {
+        let desks = desks.clone();
+        self.read(move |c| {
+            let mut args: Vec<Value> = Vec::new();
+            let clause = desk_clause(&desks, "awaiting_desk", &mut args);
+            args.push(Value::Integer(now));
+            args.push(Value::Integer(limit as i64));
+            let sql = format!(
+                "SELECT body FROM plans WHERE awaiting_desk IS NOT NULL AND {clause} \
+                 AND expires_at > ? ORDER BY expires_at, plan_id LIMIT ?"
+            );
+            let mut st = c.prepare_cached(&sql).map_err(db_err)?;
+            let rows = st
+                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(0))
+                .map_err(db_err)?;
+            let mut out = Vec::new();
+            for r in rows {
+                out.push(serde_json::from_str(&r.map_err(db_err)?).map_err(json_err)?);
+            }
+            Ok(out)
+        })
+        .await
     }
 }
 

@@ -158,6 +158,22 @@ const MIGRATIONS: &[&str] = &[
         WHERE status IN ('queued', 'submitted', 'working', 'partially_filled')
         GROUP BY account_id, symbol;
     "#,
+    // 5: operator approvals. Plans awaiting one carry their desk in `awaiting_desk` (the
+    // pending-approvals listing); the approval channel's documents (passkey operators,
+    // enrolment links, WebAuthn challenges, sign-in sessions) live in `approval_docs`.
+    r#"
+    ALTER TABLE plans ADD COLUMN awaiting_desk TEXT;
+    CREATE INDEX plans_awaiting ON plans(awaiting_desk, expires_at)
+        WHERE awaiting_desk IS NOT NULL;
+    CREATE TABLE approval_docs (
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        expires_at INTEGER,
+        body TEXT NOT NULL,
+        PRIMARY KEY (kind, id)
+    );
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
