@@ -17,6 +17,7 @@ use crate::ports::{
     AccountStore, ActionStore, AuditLog, ControlStore, ExecuteLedger, JobStore, OrderStore,
     PlanStore, PositionStore, Queue, ReadModelWriter, Signer,
 };
+use crate::protocol::approvals::Approvals;
 use crate::protocol::execute::{Dispatch, Executor};
 use crate::protocol::plan::Planner;
 use crate::protocol::reads::Reads;
@@ -46,6 +47,9 @@ pub struct Ports {
     pub prices: Arc<dyn Prices>,
     /// The paper broker behind `broker` (its prices and book), for seeding and the CLI.
     pub paper: Arc<crate::adapters::paper_broker::PaperBroker>,
+    /// The approval channel's documents (passkey operators, enrolments, challenges,
+    /// sessions).
+    pub approvals: Arc<dyn crate::ports::ApprovalStore>,
 }
 
 impl Ports {
@@ -70,6 +74,7 @@ impl Ports {
             broker: paper.clone(),
             prices: paper.clone(),
             paper,
+            approvals: db.clone(),
         }
     }
 }
@@ -90,6 +95,7 @@ pub struct AppState {
     pub reads: Arc<Reads>,
     pub worker: Arc<Worker>,
     pub sweeper: Arc<Sweeper>,
+    pub approvals: Arc<Approvals>,
     pub ports: Ports,
 }
 
@@ -168,7 +174,23 @@ impl AppState {
             dispatch,
             worker: worker.clone(),
         };
+        let origin = config.approval_origin();
+        let approvals = Approvals {
+            clock: clock.clone(),
+            webauthn: crate::protocol::approvals::relying_party(
+                &origin,
+                config.approval_rp_id.as_deref(),
+            )
+            .map(Arc::new),
+            origin,
+            session_ttl_s: config.approval_session_s,
+            roles: config.roles.clone(),
+            docs: ports.approvals.clone(),
+            plans: ports.plans.clone(),
+            audit: ports.audit.clone(),
+        };
         AppState {
+            approvals: Arc::new(approvals),
             config: Arc::new(config),
             clock,
             auth: Arc::new(auth),
@@ -316,6 +338,7 @@ impl Ports {
             broker: paper.clone(),
             prices: paper.clone(),
             paper,
+            approvals: a.clone(),
         }
     }
 }

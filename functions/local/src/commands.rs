@@ -124,8 +124,25 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn serve(cfg: Config, backend: Backend, addr: &str, workers: bool) -> Result<(), String> {
+pub async fn serve(
+    mut cfg: Config,
+    backend: Backend,
+    addr: &str,
+    workers: bool,
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("binding {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    // The approval page is served here too: `localhost` is a secure context for passkeys
+    // (an IP address cannot be a WebAuthn relying party).
+    if cfg.approval_origin.is_none() {
+        cfg.approval_origin = Some(format!("http://localhost:{}", local.port()));
+    }
     let state = state(cfg, backend).await?;
+    if let Err(why) = &state.approvals.webauthn {
+        return Err(format!("AIRLOCK_APPROVAL_ORIGIN: {why}"));
+    }
     state.execute.confirmations.preload().await?;
     if workers {
         let opts = airlock::worker::consumer::ConsumerOptions::from_config(&state.config);
@@ -146,13 +163,10 @@ pub async fn serve(cfg: Config, backend: Backend, addr: &str, workers: bool) -> 
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("binding {addr}: {e}"))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!(
-        "airlock listening on http://{local} (state dir {})",
-        state.config.state_dir.display()
+        "airlock listening on http://{local} (state dir {}); approvals at {}/approvals",
+        state.config.state_dir.display(),
+        state.approvals.origin
     );
     let app = airlock::http::app(airlock::handlers::all(), state);
     axum::serve(listener, app)
@@ -475,6 +489,87 @@ pub async fn redeliver(
             )
             .await
             .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum OperatorsCommand {
+    /// Create (or update) an operator and print a one-time link that registers a passkey
+    /// for them. Open it in the operator's browser; it works once, until it expires.
+    Enroll {
+        #[arg(long)]
+        sub: String,
+        /// Comma- or space-separated roles (the role table: viewer, trader, head_trader, admin).
+        #[arg(long, default_value = "trader")]
+        roles: String,
+        /// Comma- or space-separated desks (`*` for all).
+        #[arg(long, default_value = "")]
+        desks: String,
+        /// How long the link works, seconds (60 to 604800).
+        #[arg(long, default_value_t = airlock::protocol::approvals::DEFAULT_ENROLMENT_TTL_S)]
+        ttl: u32,
+    },
+    /// List enrolled operators, their roles, desks and passkeys.
+    List,
+    /// Forget an operator's passkeys and end their sessions.
+    Revoke {
+        #[arg(long)]
+        sub: String,
+    },
+}
+
+/// Who runs the CLI, for the operator documents' `updated_by`.
+fn cli_user() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .map(|u| format!("cli:{u}"))
+        .unwrap_or_else(|| "cli".into())
+}
+
+pub async fn operators(
+    cfg: Config,
+    backend: Backend,
+    action: OperatorsCommand,
+) -> Result<(), String> {
+    let state = state(cfg, backend).await?;
+    let a = &state.approvals;
+    match action {
+        OperatorsCommand::Enroll {
+            sub,
+            roles,
+            desks,
+            ttl,
+        } => {
+            let link = a
+                .enroll(&sub, &list(&roles), &list(&desks), ttl, &cli_user())
+                .await
+                .map_err(|e| e.message)?;
+            eprintln!(
+                "enrolment link for {} (works once, until {}):",
+                link.sub, link.expires_at
+            );
+            println!("{}", link.url);
+        }
+        OperatorsCommand::List => {
+            for o in a.list_operators().await.map_err(|e| e.message)? {
+                println!(
+                    "{}\troles={}\tdesks={}\tpasskeys={}{}",
+                    o.sub,
+                    o.roles.join(","),
+                    o.desks.join(","),
+                    o.passkeys,
+                    if o.revoked { "\tREVOKED" } else { "" }
+                );
+            }
+        }
+        OperatorsCommand::Revoke { sub } => {
+            if !a.revoke(&sub, &cli_user()).await.map_err(|e| e.message)? {
+                return Err(format!("no operator {sub}"));
+            }
+            println!("revoked {sub}: passkeys forgotten, sessions ended");
+        }
     }
     Ok(())
 }

@@ -102,6 +102,12 @@ enum Command {
     },
     /// Print the confirmation-token public key (PEM) and its key id.
     ConfirmationKey,
+    /// Operators who approve plans with passkeys: `enroll` prints a one-time link that
+    /// registers a passkey; `list` shows them; `revoke` forgets their passkeys.
+    Operators {
+        #[command(subcommand)]
+        action: commands::OperatorsCommand,
+    },
     /// Send an action's queue message again, N times (at-least-once delivery drills).
     #[command(hide = true)]
     Redeliver {
@@ -159,6 +165,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Policy { action, file } => commands::policy(cfg, backend, &action, file).await,
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
+            Command::Operators { action } => commands::operators(cfg, backend, action).await,
             Command::Bootstrap { demo_data } => commands::bootstrap(cfg, demo_data).await,
             Command::SeedOrders { n } => commands::seed_orders(cfg, backend, n).await,
         }

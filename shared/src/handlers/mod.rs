@@ -4,6 +4,8 @@
 
 pub mod accounts;
 pub mod action_status;
+pub mod approval_pages;
+pub mod approvals;
 pub mod execute;
 pub mod health;
 pub mod jobs;
@@ -30,6 +32,7 @@ pub fn all() -> Router<AppState> {
         .merge(action_status::routes())
         .merge(plan::routes())
         .merge(execute::routes())
+        .merge(approvals::routes())
 }
 
 /// One page of a listing as the answer: `{ "<name>": [...], "next_cursor": ... }`.

@@ -51,7 +51,8 @@ async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) 
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+        // The approval page answers browsers with its own plain error pages.
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return resp;
     }

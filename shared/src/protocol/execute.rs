@@ -39,16 +39,17 @@ use crate::domain::{
     human_time, new_id, rfc3339, ActionStatus, ActionType, IdempotencyKey, Millis, QueueTarget,
 };
 use crate::error::{ApiError, Code};
+use crate::policy::ConfirmationMode;
 use crate::policy::Policy;
 use crate::policy::{self, OrderInputs};
 use crate::ports::{
     AccountStore, ActionStore, AuditLog, CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger,
     KeyCondition, PlanChange, PositionStore, Queue, Reservation,
 };
-use crate::policy::ConfirmationMode;
 use crate::records::{
-    ActionRecord, ApprovalDecision, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
-    QueueMessage, RateState, ResourceRefs, RiskCheck, Trace, QUEUE_MESSAGE_SCHEMA,
+    ActionRecord, ApprovalDecision, AuditRecord, Control, Decision, KeyRecord, KeyState,
+    PlanRecord, PlanStatus, QueueMessage, RateState, ResourceRefs, RiskCheck, Trace,
+    QUEUE_MESSAGE_SCHEMA,
 };
 use crate::token::ConfirmationVerifier;
 
@@ -454,12 +455,10 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 return Err(ctx.reject(e, Some(&plan)).await);
             }
         }
-        (ConfirmationMode::Token, None) => {
-            return Err(ApiError::invalid(
-                "/confirmation_token",
-                "this plan is confirmed with its confirmation token; send the token its plan returned",
-            ))
-        }
+        (ConfirmationMode::Token, None) => return Err(ApiError::invalid(
+            "/confirmation_token",
+            "this plan is confirmed with its confirmation token; send the token its plan returned",
+        )),
         (ConfirmationMode::Operator, Some(_)) => {
             let e = ApiError::new(
                 Code::TokenInvalid,

@@ -106,9 +106,7 @@ impl PlanStore for Aws {
                 .expression_attribute_values(":closed", s("closed"))
                 .expression_attribute_values(":r", s(Code::PlanDeclined.as_str())),
         };
-        let up = up
-            .build()
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let up = up.build().map_err(|e| StoreError::Corrupt(e.to_string()))?;
         self.transact_if(
             &[
                 TransactWriteItem::builder().update(up).build(),

@@ -1,13 +1,13 @@
 //! Plans on SQLite: the `plans` table; a plan is stored with its audit record.
 
 use super::audit::append_audit;
+use super::rows::desk_clause;
 use super::rows::one_body;
 use super::{db_err, json_err, Sqlite};
-use crate::error::StoreResult;
-use crate::ports::PlanStore;
-use super::rows::desk_clause;
 use crate::auth::DeskScope;
 use crate::domain::Millis;
+use crate::error::StoreResult;
+use crate::ports::PlanStore;
 use crate::records::{Approval, ApprovalDecision, AuditRecord, PlanRecord, PlanStatus};
 use async_trait::async_trait;
 use rusqlite::types::Value;
@@ -49,7 +49,9 @@ impl PlanStore for Sqlite {
             let Some(mut plan) = load_plan(tx, &id)? else {
                 return Ok(false);
             };
-            if plan.status != PlanStatus::Planned || plan.approval.is_some() || now >= plan.expires_at
+            if plan.status != PlanStatus::Planned
+                || plan.approval.is_some()
+                || now >= plan.expires_at
             {
                 return Ok(false);
             }
@@ -58,7 +60,11 @@ impl PlanStore for Sqlite {
                 plan.closed_reason = Some(crate::error::Code::PlanDeclined.as_str().into());
             }
             plan.approval = Some(approval);
-            let status = if plan.status == PlanStatus::Closed { "closed" } else { "planned" };
+            let status = if plan.status == PlanStatus::Closed {
+                "closed"
+            } else {
+                "planned"
+            };
             let text = serde_json::to_string(&plan).map_err(json_err)?;
             tx.execute(
                 "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
