@@ -123,7 +123,7 @@ pub struct ApiError {
     /// The action an in-flight idempotency key is working on (409), at the top level.
     pub action_id: Option<String>,
     /// Where the operator approves the plan (409 `approval_required`), at the top level.
-    pub approval: Option<serde_json::Value>,
+    pub approval: Option<Box<serde_json::Value>>,
     /// For logs only; never sent to a client.
     pub cause: Option<String>,
 }

@@ -5,10 +5,12 @@
 //! README's test command, `scripts/test.sh`), or `$AIRLOCK_TEST_BIN`. A missing binary is a
 //! loud failure, never a skip.
 
+pub mod browser;
 pub mod faults;
 pub mod idp;
 pub mod lambda;
 pub mod moto;
+pub mod passkey;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -82,17 +84,32 @@ pub struct Stack {
     bootstrapped: bool,
 }
 
+/// The policy a stack's processes start with (`policy.json` in the state dir): the
+/// defaults, except that `order.submit.cl` is confirmed with the plan's token, as the suites
+/// written for the token path expect. The approval suites use [`Stack::operator_mode`],
+/// which keeps the real default (a person approves new orders on the approval page).
+pub const TOKEN_MODE_POLICY: &str = r#"{"confirmation": {"order.submit.cl": "token"}}"#;
+
 impl Stack {
     pub fn new(backend: Backend) -> Stack {
+        let state_dir = temp_state_dir();
+        std::fs::write(state_dir.join("policy.json"), TOKEN_MODE_POLICY).expect("policy.json");
         Stack {
             backend,
-            state_dir: temp_state_dir(),
+            state_dir,
             moto: match backend {
                 Backend::Aws => Some(moto::Moto::start()),
                 Backend::Embedded => None,
             },
             bootstrapped: false,
         }
+    }
+
+    /// The shipped default policy: `order.submit.cl` needs an operator's approval on the
+    /// approval page.
+    pub fn operator_mode(self) -> Stack {
+        let _ = std::fs::remove_file(self.state_dir.join("policy.json"));
+        self
     }
 
     /// The emulator's endpoint, on the AWS backend (a fault proxy goes in front of it).

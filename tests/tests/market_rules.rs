@@ -316,7 +316,7 @@ async fn the_policy_in_the_control_record_takes_effect_at_once(b: Backend) {
     let p = t.plan_buy("CLF27", 3).await;
     assert_eq!(p["executable"], true);
     let file = s.state_dir.join("tight.json");
-    std::fs::write(&file, r#"{"version": "tight-2", "max_order_size": 2}"#).unwrap();
+    std::fs::write(&file, r#"{"version": "tight-2", "max_order_size": 2, "confirmation": {"order.submit.cl": "token"}}"#).unwrap();
     let out = s.cli(&["policy", "set", file.to_str().unwrap()]);
     assert!(out.contains("\"max_order_size\": 2"), "{out}");
     // Planned before: the execute re-check uses the policy in force now.

@@ -841,7 +841,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     // The position limit moved between plan and execute: the commit's condition fails and
     // execute reads the exposure to say why (the CLI sets a tight policy for this).
     let policy = w.dir.join("tight-policy.json");
-    std::fs::write(&policy, r#"{"version": "perm-tight", "max_position": 12}"#).expect("policy");
+    std::fs::write(&policy, r#"{"version": "perm-tight", "max_position": 12, "confirmation": {"order.submit.cl": "token"}}"#).expect("policy");
     w.cli(
         true,
         &[],

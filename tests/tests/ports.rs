@@ -166,6 +166,9 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         chat_context: serde_json::json!({}),
         request_id: "req".into(),
         reference_price: None,
+        confirmation: airlock::policy::ConfirmationMode::Token,
+        four_eyes: false,
+        approval: None,
     }
 }
 
@@ -191,6 +194,9 @@ fn audit(id: &str, plan_id: Option<&str>) -> AuditRecord {
         tool_call_id: None,
         request_id: "req".into(),
         policy_version: None,
+        approver: None,
+        credential_id: None,
+        user_verified: None,
     }
 }
 

@@ -225,7 +225,7 @@ async fn limits_rest_until_the_price_crosses_and_cancels_stop_them(b: Backend) {
     // A limit far from the reference is rejected by the broker, with its reason: the
     // broker keeps its own band behind a policy band made wider than it.
     let wide = s.state_dir.join("wide-band.json");
-    std::fs::write(&wide, r#"{"version": "wide", "price_band_pct": "60"}"#).unwrap();
+    std::fs::write(&wide, r#"{"version": "wide", "price_band_pct": "60", "confirmation": {"order.submit.cl": "token"}}"#).unwrap();
     s.cli(&["policy", "set", wide.to_str().unwrap()]);
     let far = execute_order(&t, limit("40.00"), "lim-far", "call-far").await;
     let r = t.settled(far["action_id"].as_str().unwrap()).await;

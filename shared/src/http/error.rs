@@ -71,7 +71,7 @@ pub fn error_body(e: &ApiError) -> ErrorBody<'_> {
         request_id: current_request_id(),
         status: e.code.is_execute_rejection().then_some("rejected"),
         action_id: e.action_id.as_deref(),
-        approval: e.approval.as_ref(),
+        approval: e.approval.as_deref(),
     }
 }
 

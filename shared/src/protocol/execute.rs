@@ -631,12 +631,12 @@ fn approval_gate(origin: &str, plan: &PlanRecord, now: Millis) -> Option<ApiErro
                 human_time(plan.expires_at)
             ),
         );
-        e.approval = Some(serde_json::json!({
+        e.approval = Some(Box::new(serde_json::json!({
             "required": true,
             "url": url,
             "expires_at": rfc3339(plan.expires_at),
             "four_eyes": plan.four_eyes,
-        }));
+        })));
         return Some(e);
     }
     match &plan.approval {

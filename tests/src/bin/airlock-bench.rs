@@ -1193,7 +1193,7 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
 /// figures measure the protocol, not the limit.
 fn no_position_limit(s: &Server) {
     let file = s.state_dir.join("bench-policy.json");
-    std::fs::write(&file, r#"{"version": "bench", "max_position": 4000000000}"#)
+    std::fs::write(&file, r#"{"version": "bench", "max_position": 4000000000, "confirmation": {"order.submit.cl": "token"}}"#)
         .expect("write the bench policy");
     s.cli(&["policy", "set", file.to_str().expect("utf-8 path")]);
 }

@@ -99,8 +99,18 @@ pub struct KeyDef {
 /// An event that invokes a function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventDef {
-    Api { method: String, path: String },
-    Sqs { queue: String },
+    Api {
+        method: String,
+        path: String,
+    },
+    /// A route of an HTTP API (`AWS::Serverless::HttpApi`: the approval page's public API).
+    HttpApi {
+        method: String,
+        path: String,
+    },
+    Sqs {
+        queue: String,
+    },
     Schedule,
     Other(String),
 }
@@ -420,6 +430,13 @@ fn event(e: &Value) -> EventDef {
     let p = field(e, "Properties");
     match text(e, "Type").as_deref() {
         Some("Api") => EventDef::Api {
+            method: p
+                .and_then(|p| text(p, "Method"))
+                .unwrap_or_default()
+                .to_uppercase(),
+            path: p.and_then(|p| text(p, "Path")).unwrap_or_default(),
+        },
+        Some("HttpApi") => EventDef::HttpApi {
             method: p
                 .and_then(|p| text(p, "Method"))
                 .unwrap_or_default()
@@ -1061,6 +1078,20 @@ mod tests {
                 }],
             ),
             ("sweeper", vec![EventDef::Schedule]),
+            (
+                "approvals",
+                vec![
+                    EventDef::HttpApi {
+                        method: "ANY".into(),
+                        path: "/approvals/{proxy+}".into(),
+                    },
+                    EventDef::HttpApi {
+                        method: "GET".into(),
+                        path: "/approvals".into(),
+                    },
+                    route("POST", "/operators/enrolments"),
+                ],
+            ),
         ];
         let functions_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../functions");
         let mut crates: BTreeSet<String> = std::fs::read_dir(&functions_dir)

@@ -1,0 +1,441 @@
+//! Operator approval over HTTP, on both backends: an `operator`-mode plan carries no token,
+//! execute waits for the approval and decides nothing meanwhile, the approval page's
+//! passkey ceremonies (a software authenticator, `airlock_tests::passkey`), four eyes,
+//! declines, expiry, the audit trail, and the agent's attempts to walk around it: its
+//! tokens, the URL alone, forged, replayed and crossed assertions, missing anti-forgery
+//! tokens, the admin-only enrolment API. The page itself in a real browser is
+//! `tests/browser_approvals.rs`.
+
+use airlock_tests::passkey::{ApprovalClient, Passkey};
+use airlock_tests::{both, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
+use serde_json::{json, Value};
+
+fn start(b: Backend, policy: Option<&str>) -> Server {
+    let stack = Stack::new(b).operator_mode();
+    if let Some(p) = policy {
+        std::fs::write(stack.state_dir.join("policy.json"), p).expect("policy.json");
+    }
+    stack.start(&[("AIRLOCK_NOW", MARKET_OPEN)])
+}
+
+fn origin(s: &Server) -> String {
+    ApprovalClient::new(&s.base).origin
+}
+
+/// `airlock operators enroll` for this server: the printed link.
+fn enroll(s: &Server, sub: &str, roles: &str, desks: &str) -> String {
+    let o = origin(s);
+    let mut env = s.cli_env();
+    env.push(("AIRLOCK_APPROVAL_ORIGIN".into(), o.clone()));
+    let out = airlock_tests::cli(
+        &s.state_dir,
+        &env,
+        &[
+            "operators",
+            "enroll",
+            "--sub",
+            sub,
+            "--roles",
+            roles,
+            "--desks",
+            desks,
+        ],
+    );
+    let url = out.trim().to_string();
+    assert!(
+        url.starts_with(&format!("{o}/approvals/enroll/")),
+        "enrolment link {url:?}"
+    );
+    url
+}
+
+async fn plan(t: &Api, qty: u32) -> Resp {
+    let p = t.plan_buy("CLF27", qty).await;
+    assert_eq!(p.status, 200, "{:?}", p.body);
+    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
+    p
+}
+
+async fn execute(t: &Api, plan_id: &str, key: &str) -> Resp {
+    t.post(
+        "/actions/execute",
+        &json!({ "plan_id": plan_id, "idempotency_key": key, "requested_by": "op-energy-trader" }),
+    )
+    .await
+}
+
+fn id(p: &Resp) -> String {
+    p["plan_id"].as_str().expect("plan id").to_string()
+}
+
+fn audit(s: &Server, plan_id: &str) -> Vec<Value> {
+    s.cli(&["audit", plan_id])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("audit JSON"))
+        .collect()
+}
+
+/// An enrolled, signed-in operator.
+async fn signed_in(s: &Server, sub: &str, roles: &str, desks: &str) -> (ApprovalClient, Passkey) {
+    let link = enroll(s, sub, roles, desks);
+    let mut c = ApprovalClient::new(&s.base);
+    let mut key = Passkey::new();
+    let r = c.enroll(&link, &mut key).await;
+    assert_eq!(r.status, 200, "enrol: {}", r.body);
+    (c, key)
+}
+
+both!(an_operator_mode_plan_executes_only_after_the_passkey_approval);
+async fn an_operator_mode_plan_executes_only_after_the_passkey_approval(b: Backend) {
+    let s = start(b, None);
+    let t = s.trader();
+    let p = plan(&t, 1).await;
+    assert_eq!(
+        p["confirmation_token"],
+        Value::Null,
+        "no token in operator mode"
+    );
+    let pid = id(&p);
+    assert_eq!(p["approval"]["required"], true);
+    assert_eq!(p["approval"]["four_eyes"], false);
+    assert_eq!(
+        p["approval"]["url"],
+        format!("{}/approvals/plans/{pid}", origin(&s))
+    );
+    assert_eq!(p["approval"]["expires_at"], p["expires_at"]);
+
+    // Before the approval: 409, decides nothing, the same key works later.
+    for _ in 0..2 {
+        let e = execute(&t, &pid, "chat-1:approve-me").await;
+        assert_eq!(e.status, 409, "{:?}", e.body);
+        assert_eq!(e.code(), "approval_required");
+        assert_eq!(e["status"], "rejected");
+        assert_eq!(e["approval"]["url"], p["approval"]["url"]);
+    }
+    assert_eq!(s.queued_messages(), 0);
+
+    // Cancels and syncs stay on the token path by default (they reduce risk).
+    let sync = t
+        .post(
+            "/actions/plan",
+            &json!({ "action_type": "positions.sync", "payload": { "account_id": "ACC-1" }, "requested_by": "op-energy-trader" }),
+        )
+        .await;
+    assert!(sync["confirmation_token"].is_string(), "{:?}", sync.body);
+    assert_eq!(sync["approval"], Value::Null);
+
+    // A token for another plan does not stand in for the approval.
+    let e = t
+        .post(
+            "/actions/execute",
+            &json!({ "plan_id": pid, "confirmation_token": sync["confirmation_token"], "idempotency_key": "k-token", "requested_by": "op-energy-trader" }),
+        )
+        .await;
+    assert_eq!(e.code(), "token_invalid", "{:?}", e.body);
+
+    // The operator enrols a passkey through the admin's link, then approves.
+    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let page = c.get(&format!("/approvals/plans/{pid}")).await;
+    assert_eq!(page.status, 200);
+    let html = page.body["text"].as_str().unwrap();
+    assert!(
+        html.contains("Buy 1 CLF27 at market on ACC-1, day order."),
+        "{html}"
+    );
+    assert!(html.contains("data-state=\"pending\""));
+    assert!(html.contains("chat-1"), "the chat that asked is shown");
+    let pending = c.get("/approvals").await.body["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(pending.contains(&pid), "{pending}");
+
+    let a = c.decide(&pid, "approved", &mut key).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["approver"], "op-energy-trader");
+
+    // A second approval of the same plan is refused: it is decided.
+    let again = c.decide(&pid, "approved", &mut key).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(again.body["error"]["code"], "plan_not_pending");
+
+    let e = execute(&t, &pid, "chat-1:approve-me").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    let replay = execute(&t, &pid, "chat-1:approve-me").await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay["status"], "duplicate");
+    assert_eq!(replay["action_id"], e["action_id"]);
+    assert_eq!(s.queued_messages(), 1);
+
+    let trail = audit(&s, &pid);
+    let approval = trail
+        .iter()
+        .find(|r| r["event"] == "approval" && r["decision"] == "approved")
+        .expect("approval audited");
+    assert_eq!(approval["approver"], "op-energy-trader");
+    assert_eq!(approval["credential_id"], key.id());
+    assert_eq!(approval["user_verified"], true);
+    let refused: Vec<&Value> = trail
+        .iter()
+        .filter(|r| r["decision"] == "refused")
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "the second approval is audited as refused"
+    );
+    assert!(trail
+        .iter()
+        .any(|r| r["event"] == "execute" && r["reason_code"] == "approval_required"));
+}
+
+both!(the_agent_cannot_approve);
+async fn the_agent_cannot_approve(b: Backend) {
+    let s = start(b, None);
+    let t = s.trader();
+    let (p1, p2) = (plan(&t, 1).await, plan(&t, 2).await);
+    let (a, b2) = (id(&p1), id(&p2));
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let o = origin(&s);
+
+    // The URL alone, with the agent's tokens: a sign-in page, never the plan.
+    let r = http
+        .get(format!("{}/approvals/plans/{a}", s.base))
+        .header("authorization", format!("Bearer {}", t.service))
+        .header("x-operator-token", &t.operator)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert!(r.headers()["location"]
+        .to_str()
+        .unwrap()
+        .starts_with("/approvals/login"));
+    // No route takes the agent's tokens: without a passkey session every decision is 401,
+    // and without the page's origin 403.
+    for (origin_header, want) in [(Some(o.as_str()), 401), (None, 403)] {
+        for step in ["start", "finish"] {
+            let mut rq = http
+                .post(format!("{}/approvals/plans/{a}/{step}", s.base))
+                .header("authorization", format!("Bearer {}", t.service))
+                .header("x-operator-token", &t.operator)
+                .header("x-csrf-token", "guess")
+                .header("cookie", "airlock_approvals=forged-session-secret")
+                .json(&match step {
+                    "start" => json!({ "decision": "approved" }),
+                    _ => json!({ "challenge_id": "forged", "credential": {} }),
+                });
+            if let Some(h) = origin_header {
+                rq = rq.header("origin", h);
+            }
+            let r = rq.send().await.unwrap();
+            assert_eq!(r.status().as_u16(), want, "{step}");
+        }
+    }
+    // The REST API has no approval route at all.
+    let r = t
+        .post(
+            &format!("/actions/{a}/approve"),
+            &json!({ "decision": "approved" }),
+        )
+        .await;
+    assert_eq!(r.status, 404);
+
+    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+
+    // A session without the page's anti-forgery token changes nothing.
+    let token = c.csrf.take();
+    let r = c
+        .post(
+            &format!("/approvals/plans/{a}/start"),
+            json!({ "decision": "approved" }),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "csrf_rejected");
+    c.csrf = token;
+
+    // An assertion for another plan's challenge: refused, and that challenge is spent.
+    let start_a = c.start(&a, "approved").await;
+    assert_eq!(start_a.status, 200, "{}", start_a.body);
+    let cred_a = key.assert(&start_a.body["options"], &c.origin);
+    let crossed = c
+        .finish(&b2, &start_a.body["challenge_id"], cred_a.clone())
+        .await;
+    assert_eq!(crossed.status, 422, "{}", crossed.body);
+    assert_eq!(crossed.body["error"]["code"], "passkey_invalid");
+    let replayed = c.finish(&a, &start_a.body["challenge_id"], cred_a).await;
+    assert_eq!(replayed.body["error"]["code"], "passkey_invalid");
+
+    // An assertion over the wrong challenge text (signed for another ceremony).
+    let start_b = c.start(&b2, "approved").await;
+    let old = start_a.body["options"]["publicKey"]["challenge"]
+        .as_str()
+        .unwrap();
+    let rp = start_b.body["options"]["publicKey"]["rpId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrong = key.assert_challenge(&rp, old, &c.origin);
+    let r = c.finish(&b2, &start_b.body["challenge_id"], wrong).await;
+    assert_eq!(r.body["error"]["code"], "passkey_invalid", "{}", r.body);
+
+    // An assertion from another origin (a phishing page) is refused.
+    let start_b = c.start(&b2, "approved").await;
+    let phish = key.assert(&start_b.body["options"], "https://approvals.evil.example");
+    let r = c.finish(&b2, &start_b.body["challenge_id"], phish).await;
+    assert_eq!(r.body["error"]["code"], "passkey_invalid", "{}", r.body);
+
+    // Without user verification: refused.
+    key.user_verified = false;
+    let r = c.decide(&b2, "approved", &mut key).await;
+    assert_eq!(r.body["error"]["code"], "passkey_invalid", "{}", r.body);
+    key.user_verified = true;
+
+    // Another passkey (the agent's own authenticator) is not this operator's.
+    let mut stranger = Passkey::new();
+    let r = c.decide(&b2, "approved", &mut stranger).await;
+    assert_eq!(r.body["error"]["code"], "passkey_invalid", "{}", r.body);
+
+    // Neither plan was approved by any of that; a real approval of one still works once.
+    for pid in [&a, &b2] {
+        let e = execute(&t, pid, &format!("k-{pid}")).await;
+        assert_eq!(e.code(), "approval_required", "{:?}", e.body);
+    }
+    let ok = c.decide(&a, "approved", &mut key).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let refused = audit(&s, &b2)
+        .into_iter()
+        .filter(|r| r["decision"] == "refused")
+        .count();
+    assert!(refused >= 4, "refused approvals are audited ({refused})");
+
+    // An enrolment link works once; an operator token alone cannot enrol.
+    let link = enroll(&s, "op-viewer", "viewer", "energy");
+    let mut v = ApprovalClient::new(&s.base);
+    assert_eq!(v.enroll(&link, &mut Passkey::new()).await.status, 200);
+    let mut w = ApprovalClient::new(&s.base);
+    let path = link.split_once("/approvals/").unwrap().1;
+    let again = w.post(&format!("/approvals/{path}/start"), json!({})).await;
+    assert_eq!(again.status, 404);
+    assert_eq!(again.body["error"]["code"], "enrolment_not_found");
+
+    // The admin API: a trader, or an admin through Mastra's scopes, is refused.
+    let body = json!({ "sub": "op-new", "roles": ["trader"], "desks": ["energy"] });
+    let r = t.post("/operators/enrolments", &body).await;
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    let admin_op = s.operator_token("op-admin", "admin", None);
+    let r = t
+        .with_tokens(&t.service, &admin_op)
+        .post("/operators/enrolments", &body)
+        .await;
+    assert_eq!(r.code(), "insufficient_scope", "{:?}", r.body);
+    let admin_svc = s.cli(&[
+        "token",
+        "service",
+        "--sub",
+        "airlock-admin",
+        "--scopes",
+        "trade.read trade.admin",
+    ]);
+    let r = t
+        .with_tokens(&admin_svc, &admin_op)
+        .post("/operators/enrolments", &body)
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert!(r["url"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("{o}/approvals/enroll/")));
+
+    // Revoking ends the operator's session and passkeys.
+    s.cli(&["operators", "revoke", "--sub", "op-energy-trader"]);
+    let r = c.start(&b2, "approved").await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = c.sign_in("op-energy-trader", &mut key).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+}
+
+both!(a_declined_plan_never_executes_and_an_expired_one_cannot_be_approved);
+async fn a_declined_plan_never_executes_and_an_expired_one_cannot_be_approved(b: Backend) {
+    let s = start(b, None);
+    let t = s.trader();
+    let p = plan(&t, 1).await;
+    let pid = id(&p);
+    let late = plan(&t, 1).await;
+    let late_id = id(&late);
+    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let d = c.decide(&pid, "declined", &mut key).await;
+    assert_eq!(d.status, 200, "{}", d.body);
+    assert_eq!(d.body["decision"], "declined");
+    for _ in 0..2 {
+        let e = execute(&t, &pid, "k-declined").await;
+        assert_eq!(e.status, 422, "{:?}", e.body);
+        assert_eq!(e.code(), "plan_declined");
+    }
+    let trail = audit(&s, &pid);
+    assert!(trail.iter().any(|r| r["event"] == "approval"
+        && r["decision"] == "declined"
+        && r["credential_id"] == key.id()));
+
+    // Ten minutes later (the plan lived five): the page refuses, and so does execute.
+    let env = vec![("AIRLOCK_NOW", "2026-11-23T15:10:00Z")];
+    let stack = s.crash();
+    let s = stack.start(&env);
+    let t = s.trader();
+    let mut c2 = ApprovalClient::new(&s.base);
+    let r = c2.sign_in("op-energy-trader", &mut key).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = c2.start(&late_id, "approved").await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "plan_expired");
+    let e = execute(&t, &late_id, "k-late").await;
+    assert_eq!(e.code(), "plan_expired", "{:?}", e.body);
+    assert!(audit(&s, &late_id)
+        .iter()
+        .any(|r| r["decision"] == "refused" && r["reason_code"] == "plan_expired"));
+    drop(c);
+}
+
+both!(four_eyes_needs_another_approver_of_the_desk);
+async fn four_eyes_needs_another_approver_of_the_desk(b: Backend) {
+    // 2 CLF27 at the paper broker's reference is well above 100,000 USD; 1 contract of
+    // a 1,000,000 limit is not.
+    let s = start(b, Some(r#"{"four_eyes_above_notional": "100000"}"#));
+    let t = s.trader();
+    let p = plan(&t, 2).await;
+    let pid = id(&p);
+    assert_eq!(p["approval"]["four_eyes"], true, "{:?}", p.body);
+    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let own = c.start(&pid, "approved").await;
+    assert_eq!(own.status, 403, "{}", own.body);
+    assert_eq!(own.body["error"]["code"], "approval_refused");
+    assert!(own.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("your own approval does not count"));
+    // A viewer of the desk may not approve either.
+    let (mut v, mut vkey) = signed_in(&s, "op-viewer", "viewer", "energy").await;
+    assert_eq!(v.decide(&pid, "approved", &mut vkey).await.status, 403);
+    assert_eq!(execute(&t, &pid, "k-4e").await.code(), "approval_required");
+
+    // The head trader sees it in their pending list and approves it.
+    let (mut h, mut hkey) = signed_in(&s, "op-head-trader", "head_trader", "").await;
+    let list = h.get("/approvals").await.body["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(list.contains(&pid), "{list}");
+    let a = h.decide(&pid, "approved", &mut hkey).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["approver"], "op-head-trader");
+    let e = execute(&t, &pid, "k-4e").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    assert!(audit(&s, &pid).iter().any(|r| r["decision"] == "refused"
+        && r["approver"] == "op-energy-trader"
+        && r["reason_code"] == "approval_refused"));
+    let _ = key.id();
+}
