@@ -10,6 +10,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 echo "== the AWS emulator (moto, into .venv)"
 scripts/emulator.sh
 
+echo "== a real browser for the approval page (Debian's chromium and chromium-driver)"
+scripts/browser.sh
+
 echo "== the SAM template (cfn-lint, sam validate --lint; SAM CLI into .venv/sam)"
 scripts/infra-lint.sh
 
