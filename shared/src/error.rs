@@ -119,7 +119,7 @@ pub struct ApiError {
     pub message: String,
     pub details: Vec<FieldError>,
     /// Seconds, for 409 in-flight and 429.
-    pub retry_after: Option<u64>,
+    pub retry_after: Option<u32>,
     /// The action an in-flight idempotency key is working on (409), at the top level.
     pub action_id: Option<String>,
     /// Where the operator approves the plan (409 `approval_required`), at the top level.
@@ -153,7 +153,7 @@ impl ApiError {
     }
 
     pub fn retry_after(mut self, seconds: u64) -> Self {
-        self.retry_after = Some(seconds.max(1));
+        self.retry_after = Some(seconds.clamp(1, u32::MAX as u64) as u32);
         self
     }
 

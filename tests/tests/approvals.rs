@@ -317,7 +317,7 @@ async fn the_agent_cannot_approve(b: Backend) {
     let link = enroll(&s, "op-viewer", "viewer", "energy");
     let mut v = ApprovalClient::new(&s.base);
     assert_eq!(v.enroll(&link, &mut Passkey::new()).await.status, 200);
-    let mut w = ApprovalClient::new(&s.base);
+    let w = ApprovalClient::new(&s.base);
     let path = link.split_once("/approvals/").unwrap().1;
     let again = w.post(&format!("/approvals/{path}/start"), json!({})).await;
     assert_eq!(again.status, 404);
@@ -409,7 +409,7 @@ async fn four_eyes_needs_another_approver_of_the_desk(b: Backend) {
     let p = plan(&t, 2).await;
     let pid = id(&p);
     assert_eq!(p["approval"]["four_eyes"], true, "{:?}", p.body);
-    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let (mut c, key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
     let own = c.start(&pid, "approved").await;
     assert_eq!(own.status, 403, "{}", own.body);
     assert_eq!(own.body["error"]["code"], "approval_refused");
