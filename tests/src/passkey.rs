@@ -176,6 +176,36 @@ impl Passkey {
     }
 }
 
+/// The approval page's origin of a server (`http://localhost:PORT`; a WebAuthn relying
+/// party needs a host name, and `localhost` is a secure context).
+pub fn origin_of(s: &crate::Server) -> String {
+    let port = s.base.rsplit(':').next().expect("port");
+    format!("http://localhost:{port}")
+}
+
+/// `airlock operators enroll` for this server: the one-time link it prints.
+pub fn enroll(s: &crate::Server, sub: &str, roles: &str, desks: &str) -> String {
+    let o = origin_of(s);
+    let mut env = s.cli_env();
+    env.push(("AIRLOCK_APPROVAL_ORIGIN".into(), o.clone()));
+    let args = [
+        "operators",
+        "enroll",
+        "--sub",
+        sub,
+        "--roles",
+        roles,
+        "--desks",
+        desks,
+    ];
+    let url = crate::cli(&s.state_dir, &env, &args).trim().to_string();
+    assert!(
+        url.starts_with(&format!("{o}/approvals/enroll/")),
+        "enrolment link {url:?}"
+    );
+    url
+}
+
 /// The approval page, spoken to over HTTP as its script does.
 pub struct ApprovalClient {
     /// Where requests go (`http://127.0.0.1:PORT`).

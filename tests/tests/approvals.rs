@@ -6,7 +6,7 @@
 //! tokens, the admin-only enrolment API. The page itself in a real browser is
 //! `tests/browser_approvals.rs`.
 
-use airlock_tests::passkey::{ApprovalClient, Passkey};
+use airlock_tests::passkey::{enroll, ApprovalClient, Passkey};
 use airlock_tests::{both, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use serde_json::{json, Value};
 
@@ -19,34 +19,7 @@ fn start(b: Backend, policy: Option<&str>) -> Server {
 }
 
 fn origin(s: &Server) -> String {
-    ApprovalClient::new(&s.base).origin
-}
-
-/// `airlock operators enroll` for this server: the printed link.
-fn enroll(s: &Server, sub: &str, roles: &str, desks: &str) -> String {
-    let o = origin(s);
-    let mut env = s.cli_env();
-    env.push(("AIRLOCK_APPROVAL_ORIGIN".into(), o.clone()));
-    let out = airlock_tests::cli(
-        &s.state_dir,
-        &env,
-        &[
-            "operators",
-            "enroll",
-            "--sub",
-            sub,
-            "--roles",
-            roles,
-            "--desks",
-            desks,
-        ],
-    );
-    let url = out.trim().to_string();
-    assert!(
-        url.starts_with(&format!("{o}/approvals/enroll/")),
-        "enrolment link {url:?}"
-    );
-    url
+    airlock_tests::passkey::origin_of(s)
 }
 
 async fn plan(t: &Api, qty: u32) -> Resp {

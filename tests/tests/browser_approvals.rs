@@ -8,35 +8,11 @@
 use std::time::Duration;
 
 use airlock_tests::browser::Browser;
-use airlock_tests::{both, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
+use airlock_tests::passkey::{enroll, origin_of as origin};
+use airlock_tests::{both, Api, Backend, Resp, Stack, MARKET_OPEN};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn origin(s: &Server) -> String {
-    let port = s.base.rsplit(':').next().expect("port");
-    format!("http://localhost:{port}")
-}
-
-fn enroll(s: &Server, sub: &str, roles: &str, desks: &str) -> String {
-    let mut env = s.cli_env();
-    env.push(("AIRLOCK_APPROVAL_ORIGIN".into(), origin(s)));
-    let out = airlock_tests::cli(
-        &s.state_dir,
-        &env,
-        &[
-            "operators",
-            "enroll",
-            "--sub",
-            sub,
-            "--roles",
-            roles,
-            "--desks",
-            desks,
-        ],
-    );
-    out.trim().to_string()
-}
 
 async fn plan(t: &Api, qty: u32) -> Resp {
     let p = t.plan_buy("CLF27", qty).await;

@@ -9,8 +9,12 @@
 //! pass and fail, executes that are accepted, replayed, rejected (audited, committed, by
 //! the position limit, by a suspended account, by the rate limit) or resumed, the workers
 //! on SQS events built from the queues' real messages (submit, fill, cancel, a sync that
-//! records a fill and replaces positions), and the sweeper (a send, and an order refused
-//! under the kill switch). The `airlock` CLI runs its operator tour too.
+//! records a fill and replaces positions), the sweeper (a send, and an order refused
+//! under the kill switch), and the approval page (an admin's enrolment link, a passkey
+//! registered and signed in with, the pending list of every desk, an approval, on HTTP API
+//! events as its public API sends them). Orders are confirmed by token (a policy in the
+//! control record) but for the approved one, planned under the default policy. The
+//! `airlock` CLI runs its operator tour too (with `operators enroll|list|revoke`).
 //!
 //! Then it reads the roles from the template (inline policies, managed policies, key
 //! policies that name a role) and fails, listing every offending triple at once, when
@@ -45,6 +49,7 @@ use airlock_tests::lambda::{
     apigw_rest_event, function_binary, response_parts, FakeClock, FunctionProcess, LambdaEmulator,
 };
 use airlock_tests::moto::Moto;
+use airlock_tests::passkey::Passkey;
 use airlock_tests::{temp_state_dir, BASE, MARKET_OPEN};
 use serde_json::{json, Value};
 
@@ -54,6 +59,15 @@ const PREFIX: &str = "perm-";
 const RATE_PER_MINUTE: &str = "4";
 const ISSUER: &str = "https://idp.test/";
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// The scopes of Mastra's client credentials; an admin's client also has `trade.admin`
+/// (the enrolment API needs it).
+const SERVICE_SCOPE: &str = "trade.read trade.plan trade.execute";
+const ADMIN_SCOPE: &str = "trade.read trade.plan trade.execute trade.admin";
+/// The operator who approves a plan on the approval page (enrolled through the admin API).
+const APPROVER: &str = "op-approver";
+/// `ApprovalOrigin` of this deployment (the template allows https only): where the approval
+/// page is, its WebAuthn origin, and (with `ApprovalRpId` empty) its relying-party id's host.
+const APPROVAL_ORIGIN: &str = "https://approvals.airlock.test";
 
 /// Grants no run of the tour needs, each with the code path that does and why the tour
 /// cannot reach it: `(function, action, resource without the prefix, why)`. An entry
@@ -318,6 +332,8 @@ struct Op {
     roles: &'static [&'static str],
     /// `None`: no desks claim (a role with every desk).
     desks: Option<&'static [&'static str]>,
+    /// The scopes of the service token the operator's requests come with.
+    scope: &'static str,
 }
 
 const fn trader(sub: &'static str) -> Op {
@@ -325,6 +341,7 @@ const fn trader(sub: &'static str) -> Op {
         sub,
         roles: &["trader"],
         desks: Some(&["energy"]),
+        scope: SERVICE_SCOPE,
     }
 }
 
@@ -356,6 +373,7 @@ impl<'w> Lambdas<'w> {
             ("OperatorJwksUrl", idp.url.as_str()),
             ("ExecuteRatePerMinute", RATE_PER_MINUTE),
             ("VpcEndpointId", "vpce-0123456789abcdef0"),
+            ("ApprovalOrigin", APPROVAL_ORIGIN),
         ] {
             params.insert(k.into(), v.into());
         }
@@ -422,11 +440,13 @@ impl<'w> Lambdas<'w> {
             .unwrap_or_else(|e| panic!("invoke {binary}: {e}"))
     }
 
+    /// The service token (Mastra's client, with the operator's `scope`) and the operator
+    /// token of a request.
     fn headers(&self, op: &Op) -> Vec<(&'static str, String)> {
         let now = self.w.clock.now_s();
         let service = self.service_key.sign(&json!({
             "iss": ISSUER, "aud": "airlock-api", "sub": "mastra",
-            "scope": "trade.read trade.plan trade.execute", "gty": "client-credentials",
+            "scope": op.scope, "gty": "client-credentials",
             "iat": now, "exp": now + 600,
         }));
         let mut claims = json!({
@@ -509,6 +529,68 @@ impl<'w> Lambdas<'w> {
         let (status, body) = self.execute(op, plan, key);
         assert_eq!(status, 202, "execute {key}: {body}");
         body
+    }
+
+    /// A request to the approval page as its HTTP API (payload format 2.0, `$default`
+    /// stage) delivers it to the approvals function, on the template's route for it: a
+    /// browser's request with the session's cookie; a POST as the page's script sends it
+    /// (same `Origin`, JSON, the page's anti-forgery token once read). Status, body (JSON,
+    /// or the page as a string), and the session cookie if the answer sets one.
+    fn page(
+        &mut self,
+        method: &str,
+        path: &str,
+        session: &PageSession,
+        body: Option<&Value>,
+    ) -> (u16, Value, Option<String>) {
+        let route = http_api_route(self.function("approvals"), method, path);
+        let mut headers = vec![("user-agent", "Mozilla/5.0 (permission tour)".to_string())];
+        if let Some(b) = body {
+            headers.push(("origin", APPROVAL_ORIGIN.to_string()));
+            headers.push(("content-type", "application/json".to_string()));
+            headers.push(("content-length", b.to_string().len().to_string()));
+            if let Some(t) = &session.csrf {
+                headers.push(("x-csrf-token", t.clone()));
+            }
+        }
+        let cookies: Vec<String> = session
+            .cookie
+            .iter()
+            .map(|c| format!("airlock_approvals={c}"))
+            .collect();
+        let text = body.map(Value::to_string);
+        let ev = http_api_event(&route, method, path, &headers, &cookies, text.as_deref());
+        let resp = self.invoke("approvals", ev);
+        let (status, body) = response_parts(&resp);
+        // HTTP APIs return Set-Cookie in `cookies`, not in the headers.
+        let set = resp["cookies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter_map(|c| c.split(';').next()?.strip_prefix("airlock_approvals="))
+            .map(String::from)
+            .next();
+        (status, body, set)
+    }
+
+    /// A page of the approval site (signed in): its HTML.
+    fn page_get(&mut self, path: &str, session: &PageSession) -> String {
+        let (status, body, _) = self.page("GET", path, session, None);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body.as_str()
+            .unwrap_or_else(|| panic!("GET {path}: not a page: {body}"))
+            .to_string()
+    }
+
+    /// A JSON POST of the page's script, expected to pass; keeps a session cookie it sets.
+    fn page_post(&mut self, path: &str, session: &mut PageSession, body: Value) -> Value {
+        let (status, answer, cookie) = self.page("POST", path, session, Some(&body));
+        assert_eq!(status, 200, "POST {path}: {answer}");
+        if cookie.is_some() {
+            session.cookie = cookie;
+        }
+        answer
     }
 
     /// What the Lambda service does with a queue: receive what is visible, hand it to the
@@ -594,6 +676,110 @@ impl<'w> Lambdas<'w> {
             (messages, records)
         }
     }
+}
+
+/// A browser on the approval page: the session cookie's secret and the page's
+/// anti-forgery token, once it has them.
+#[derive(Default)]
+struct PageSession {
+    cookie: Option<String>,
+    csrf: Option<String>,
+}
+
+/// The route key of the function's HTTP API route (`AWS::Serverless::HttpApi` event) that
+/// serves `method path`; panics when the template routes it to no such event.
+fn http_api_route(f: &FunctionDef, method: &str, path: &str) -> String {
+    f.events
+        .iter()
+        .find_map(|e| {
+            let EventDef::HttpApi { method: m, path: p } = e else {
+                return None;
+            };
+            let path_ok = match p.strip_suffix("{proxy+}") {
+                Some(prefix) => path.len() > prefix.len() && path.starts_with(prefix),
+                None => p == path,
+            };
+            let method_ok = m.eq_ignore_ascii_case("ANY") || m.eq_ignore_ascii_case(method);
+            (path_ok && method_ok).then(|| format!("{} {p}", m.to_ascii_uppercase()))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the template routes no HTTP API event of {} to {method} {path}",
+                f.logical_id
+            )
+        })
+}
+
+/// An HTTP API (payload format 2.0) event on the `$default` stage, as API Gateway builds
+/// it: lower-case headers, cookies in `cookies` (not in a header), the raw path.
+fn http_api_event(
+    route: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    cookies: &[String],
+    body: Option<&str>,
+) -> Value {
+    let api_id = "ap9r0v4l5x";
+    let domain = format!("{api_id}.execute-api.{}.amazonaws.com", Moto::REGION);
+    let mut h = serde_json::Map::new();
+    h.insert("host".into(), json!(domain));
+    h.insert("x-forwarded-for".into(), json!("203.0.113.10"));
+    h.insert("x-forwarded-port".into(), json!("443"));
+    h.insert("x-forwarded-proto".into(), json!("https"));
+    for (k, v) in headers {
+        h.insert(k.to_ascii_lowercase(), json!(v));
+    }
+    let now = chrono::Utc::now();
+    let mut ev = json!({
+        "version": "2.0",
+        "routeKey": route,
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": h,
+        "requestContext": {
+            "accountId": Moto::ACCOUNT_ID,
+            "apiId": api_id,
+            "domainName": domain,
+            "domainPrefix": api_id,
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.10",
+                "userAgent": h.get("user-agent").cloned().unwrap_or(json!("")),
+            },
+            "requestId": format!("perm{}", now.timestamp_nanos_opt().unwrap_or_default()),
+            "routeKey": route,
+            "stage": "$default",
+            "time": now.format("%d/%b/%Y:%H:%M:%S %z").to_string(),
+            "timeEpoch": now.timestamp_millis(),
+        },
+        "isBase64Encoded": false,
+    });
+    if let Some(proxy) = route
+        .ends_with("{proxy+}")
+        .then(|| path.splitn(3, '/').nth(2))
+        .flatten()
+    {
+        ev["pathParameters"] = json!({ "proxy": proxy });
+    }
+    if !cookies.is_empty() {
+        ev["cookies"] = json!(cookies);
+    }
+    if let Some(b) = body {
+        ev["body"] = json!(b);
+    }
+    ev
+}
+
+/// The anti-forgery token a page of the approval site carries.
+fn csrf_token(html: &str) -> String {
+    html.split("name=\"csrf-token\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no csrf-token in the page: {html}"))
+        .to_string()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -720,6 +906,10 @@ struct Audited {
     plan_id: String,
 }
 
+/// The default policy but for orders, which are confirmed by the caller's token.
+const TOKEN_POLICY: &str =
+    r#"{"version": "perm-token", "confirmation": {"order.submit.cl": "token"}}"#;
+
 fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let now_ms = chrono::DateTime::parse_from_rfc3339(MARKET_OPEN)
         .expect("MARKET_OPEN")
@@ -730,7 +920,16 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         sub: "op-head-trader",
         roles: &["head_trader"],
         desks: None,
+        scope: SERVICE_SCOPE,
     };
+
+    // Orders are confirmed by the caller's token in most of this tour (the default policy
+    // has the operator approve them on the approval page: driven below, after `policy
+    // reset`). Set through the control record, as an operator would.
+    let token_mode = w.dir.join("token-policy.json");
+    std::fs::write(&token_mode, TOKEN_POLICY).expect("policy");
+    let token_mode = token_mode.to_str().expect("utf-8").to_string();
+    w.cli(false, &[], &["policy", "set", &token_mode]);
 
     // Reads, with and without each filter; a head trader's listings span every desk
     // (scanning the accounts for them).
@@ -860,6 +1059,10 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     );
     w.cli(true, &[], &["policy", "reset"]);
 
+    // Under the default policy an order waits for its operator's approval.
+    tour_approvals(l, &c1);
+    w.cli(false, &[], &["policy", "set", &token_mode]);
+
     // The account was suspended after the plan: execute reads it to say so.
     let suspended = trader("op-suspend");
     let p7 = l.order_plan(&suspended, order("ACC-2", &c1, 1, None));
@@ -878,7 +1081,8 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let desk2 = trader("op-desk2");
     let p9 = l.order_plan(&desk2, order("ACC-2", &c1, 1, Some("68.00")));
     let x9 = l.accepted(&desk2, &p9, "perm-x9");
-    assert_eq!(l.drain(shapes::ORDERS_QUEUE.logical_id, "worker-orders"), 2);
+    // With p6a's and the approved order's.
+    assert_eq!(l.drain(shapes::ORDERS_QUEUE.logical_id, "worker-orders"), 3);
     assert_eq!(w.order_status(&order_id(&x9)), OrderStatus::Working);
     let price = airlock::domain::Price::parse("67.50").expect("price");
     w.block(
@@ -1068,6 +1272,119 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     }
 }
 
+/// The approvals function: an admin's enrolment link (the admin-only API of the private
+/// API), a passkey registered through it, a sign-in, the pending list of an operator with
+/// every desk (the accounts scanned for the desks, the plans' `awaiting` index queried for
+/// each), and the approval of an operator-mode plan (its page, then a passkey assertion
+/// bound to it: the plan's update and its audit record in one transaction), which then
+/// executes without a token. Runs under the default policy.
+fn tour_approvals(l: &mut Lambdas, symbol: &str) {
+    let admin = Op {
+        sub: "op-admin",
+        roles: &["admin"],
+        desks: None,
+        scope: ADMIN_SCOPE,
+    };
+    let approver = Op {
+        sub: APPROVER,
+        roles: &["head_trader"],
+        desks: None,
+        scope: SERVICE_SCOPE,
+    };
+
+    // Enrolment needs trade.admin on the service token as well as the admin role.
+    let req = json!({ "sub": APPROVER, "roles": approver.roles, "desks": [] });
+    let path = "/operators/enrolments";
+    let mastra = Op {
+        scope: SERVICE_SCOPE,
+        ..admin.clone()
+    };
+    let (status, body) = l.http("approvals", "POST", path, &[], &mastra, Some(&req));
+    assert_eq!(status, 403, "an enrolment without trade.admin: {body}");
+    let (status, link) = l.http("approvals", "POST", path, &[], &admin, Some(&req));
+    assert_eq!(status, 201, "enrolment: {link}");
+    let url = link["url"].as_str().expect("enrolment url");
+    let enrol = url
+        .strip_prefix(APPROVAL_ORIGIN)
+        .filter(|p| p.starts_with("/approvals/enroll/"))
+        .unwrap_or_else(|| panic!("enrolment link {url}"))
+        .to_string();
+
+    // An order planned under the default policy: no token; execute waits for the approval.
+    let p = l.order_plan(&approver, order("ACC-1", symbol, 1, None));
+    let plan_id = p["plan_id"].as_str().expect("plan id").to_string();
+    assert_eq!(p["confirmation_token"], Value::Null, "{p}");
+    assert_eq!(
+        p["approval"]["url"],
+        format!("{APPROVAL_ORIGIN}/approvals/plans/{plan_id}"),
+        "{p}"
+    );
+    let (status, body) = l.execute(&approver, &p, "perm-approved");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("approval_required")),
+        "{body}"
+    );
+
+    // The approver registers a passkey through the link (which signs them in), and signs
+    // in with it again later.
+    let mut key = Passkey::new();
+    let mut enrolled = PageSession::default();
+    let start = l.page_post(&format!("{enrol}/start"), &mut enrolled, json!({}));
+    let credential = key.register(&start["options"], APPROVAL_ORIGIN);
+    let done = l.page_post(
+        &format!("{enrol}/finish"),
+        &mut enrolled,
+        json!({ "challenge_id": start["challenge_id"], "credential": credential }),
+    );
+    assert_eq!(done["operator_id"], APPROVER, "{done}");
+    assert!(enrolled.cookie.is_some(), "enrolment signs in");
+    let mut s = PageSession::default();
+    let start = l.page_post(
+        "/approvals/login/start",
+        &mut s,
+        json!({ "operator_id": APPROVER }),
+    );
+    let credential = key.assert(&start["options"], APPROVAL_ORIGIN);
+    let done = l.page_post(
+        "/approvals/login/finish",
+        &mut s,
+        json!({ "challenge_id": start["challenge_id"], "credential": credential }),
+    );
+    assert_eq!(done["operator_id"], APPROVER, "{done}");
+    assert!(s.cookie.is_some(), "sign-in sets the session cookie");
+
+    // Every desk's pending list shows the plan.
+    let pending = l.page_get("/approvals", &s);
+    assert!(
+        pending.contains(&plan_id),
+        "{plan_id} not pending: {pending}"
+    );
+
+    // The approval: the plan's page (its anti-forgery token), a ceremony bound to the plan.
+    let page = l.page_get(&format!("/approvals/plans/{plan_id}"), &s);
+    s.csrf = Some(csrf_token(&page));
+    let start = l.page_post(
+        &format!("/approvals/plans/{plan_id}/start"),
+        &mut s,
+        json!({ "decision": "approved" }),
+    );
+    let credential = key.assert(&start["options"], APPROVAL_ORIGIN);
+    let done = l.page_post(
+        &format!("/approvals/plans/{plan_id}/finish"),
+        &mut s,
+        json!({ "challenge_id": start["challenge_id"], "credential": credential }),
+    );
+    assert_eq!(
+        (done["decision"].as_str(), done["approver"].as_str()),
+        (Some("approved"), Some(APPROVER)),
+        "{done}"
+    );
+
+    // Approved: the same execute now goes through, without a token.
+    l.accepted(&approver, &p, "perm-approved");
+}
+
 /// What an operator does with `airlock --backend aws` (docs/cli-iam-policy.json): find the
 /// stack, the kill switch (engaged and released in the tour above), rollout modes, the
 /// policy (set, shown and reset above), queue depths, audit trails of a plan and an action.
@@ -1104,6 +1421,40 @@ fn tour_cli(w: &World, action: &Audited) {
     );
     w.cli(true, &[], &["audit", &action.plan_id]);
     w.cli(true, &[], &["audit", &action.action_id]);
+    // Operators who approve with passkeys: one enrolled (a link to this deployment's
+    // approval page), the list (with the approver enrolled through the admin API), revoked.
+    let origin = [("AIRLOCK_APPROVAL_ORIGIN", APPROVAL_ORIGIN)];
+    let link = w.cli(
+        true,
+        &origin,
+        &[
+            "operators",
+            "enroll",
+            "--sub",
+            "op-cli-enrolled",
+            "--roles",
+            "trader",
+            "--desks",
+            "energy",
+        ],
+    );
+    assert!(
+        link.starts_with(&format!("{APPROVAL_ORIGIN}/approvals/enroll/")),
+        "{link}"
+    );
+    let listed = w.cli(true, &[], &["operators", "list"]);
+    assert!(
+        listed.contains(&format!(
+            "{APPROVER}\troles=head_trader\tdesks=\tpasskeys=1"
+        )) && listed.contains("op-cli-enrolled\troles=trader\tdesks=energy\tpasskeys=0"),
+        "{listed}"
+    );
+    let out = w.cli(
+        true,
+        &[],
+        &["operators", "revoke", "--sub", "op-cli-enrolled"],
+    );
+    assert!(out.starts_with("revoked op-cli-enrolled"), "{out}");
 }
 
 // ---------------------------------------------------------------------------------------
