@@ -115,13 +115,14 @@ pub trait PlanStore: Send + Sync {
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()>;
     async fn get_plan(&self, plan_id: &str) -> StoreResult<Option<PlanRecord>>;
     /// Records an operator's decision on a plan with its audit record, atomically, only if
-    /// the plan is still `planned`, has no decision yet and has not expired at `now`; a
-    /// decline also closes the plan (`closed_reason` `plan_declined`). The plan leaves the
+    /// the plan is still `planned`, has no decision yet and has not expired at `now`;
+    /// `close`: also close the plan with this reason code (a decline). The plan leaves the
     /// pending-approvals listing. `false`: a condition failed; nothing was written.
     async fn record_approval(
         &self,
         plan_id: &str,
         approval: &Approval,
+        close: Option<&str>,
         audit: &AuditRecord,
         now: Millis,
     ) -> StoreResult<bool>;

@@ -912,7 +912,14 @@ impl Approvals {
         }
         if self
             .plans
-            .record_approval(&plan.plan_id, &approval, &audit, now)
+            .record_approval(
+                &plan.plan_id,
+                &approval,
+                // A decline closes the plan: execute answers `plan_declined` for good.
+                (decision == ApprovalDecision::Declined).then_some(Code::PlanDeclined.as_str()),
+                &audit,
+                now,
+            )
             .await?
         {
             return Ok(approval);

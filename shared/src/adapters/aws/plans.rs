@@ -6,9 +6,9 @@ use super::ddb::{self, from_body, get_s, n, opt_s, s, Item};
 use super::{unavailable, Aws};
 use crate::auth::DeskScope;
 use crate::domain::Millis;
-use crate::error::{Code, StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult};
 use crate::ports::PlanStore;
-use crate::records::{Approval, ApprovalDecision, AuditRecord, PlanRecord, PlanStatus};
+use crate::records::{Approval, AuditRecord, PlanRecord, PlanStatus};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -80,6 +80,7 @@ impl PlanStore for Aws {
         &self,
         plan_id: &str,
         approval: &Approval,
+        close: Option<&str>,
         audit: &AuditRecord,
         now: Millis,
     ) -> StoreResult<bool> {
@@ -95,16 +96,14 @@ impl PlanStore for Aws {
             .expression_attribute_values(":planned", s("planned"))
             .expression_attribute_values(":now", n(now))
             .expression_attribute_values(":a", s(text));
-        up = match approval.decision {
-            ApprovalDecision::Approved => {
-                up.update_expression("SET approval = :a REMOVE awaiting_desk")
-            }
-            ApprovalDecision::Declined => up
+        up = match close {
+            None => up.update_expression("SET approval = :a REMOVE awaiting_desk"),
+            Some(reason) => up
                 .update_expression(
                     "SET approval = :a, #st = :closed, closed_reason = :r REMOVE awaiting_desk",
                 )
                 .expression_attribute_values(":closed", s("closed"))
-                .expression_attribute_values(":r", s(Code::PlanDeclined.as_str())),
+                .expression_attribute_values(":r", s(reason)),
         };
         let up = up.build().map_err(|e| StoreError::Corrupt(e.to_string()))?;
         self.transact_if(

@@ -8,7 +8,7 @@ use crate::auth::DeskScope;
 use crate::domain::Millis;
 use crate::error::StoreResult;
 use crate::ports::PlanStore;
-use crate::records::{Approval, ApprovalDecision, AuditRecord, PlanRecord, PlanStatus};
+use crate::records::{Approval, AuditRecord, PlanRecord, PlanStatus};
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
@@ -41,10 +41,12 @@ impl PlanStore for Sqlite {
         &self,
         plan_id: &str,
         approval: &Approval,
+        close: Option<&str>,
         audit: &AuditRecord,
         now: Millis,
     ) -> StoreResult<bool> {
         let (id, approval, audit) = (plan_id.to_string(), approval.clone(), audit.clone());
+        let close = close.map(String::from);
         self.write(move |tx| {
             let Some(mut plan) = load_plan(tx, &id)? else {
                 return Ok(false);
@@ -55,9 +57,9 @@ impl PlanStore for Sqlite {
             {
                 return Ok(false);
             }
-            if approval.decision == ApprovalDecision::Declined {
+            if let Some(reason) = close {
                 plan.status = PlanStatus::Closed;
-                plan.closed_reason = Some(crate::error::Code::PlanDeclined.as_str().into());
+                plan.closed_reason = Some(reason);
             }
             plan.approval = Some(approval);
             let status = if plan.status == PlanStatus::Closed {
