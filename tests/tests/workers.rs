@@ -271,3 +271,47 @@ async fn positions_sync_rebuilds_from_the_broker_and_records_what_changed(b: Bac
         json!([{"symbol": "CLF27", "before": 10, "after": 12}])
     );
 }
+
+both!(action_status_waits_for_a_change_instead_of_polling);
+async fn action_status_waits_for_a_change_instead_of_polling(b: Backend) {
+    // Workers off: nothing changes, so the request is held for the whole wait.
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let e = execute_order(&t, market(1), "w-wait-1", "call-wait-1").await;
+    let id = e["action_id"].as_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let a = t.get(&format!("/actions/{id}?wait=1")).await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    assert_eq!(a["status"], "queued");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "held for the wait"
+    );
+    for bad in ["21", "-1", "1.5", "x", "+3"] {
+        let r = t.get(&format!("/actions/{id}?wait={bad}")).await;
+        assert_eq!(r.status, 400, "wait={bad}");
+        assert_eq!(r.body["error"]["details"][0]["field"], "wait");
+    }
+    drop(s);
+
+    // Workers on: the answer comes with the change, long before the wait ends.
+    let s = Server::with_workers(b, &[]);
+    let t = s.trader();
+    let e = execute_order(&t, market(1), "w-wait-2", "call-wait-2").await;
+    let id = e["action_id"].as_str().unwrap();
+    let started = std::time::Instant::now();
+    let mut seen = "queued".to_string();
+    while seen != "succeeded" {
+        let a = t.get(&format!("/actions/{id}?wait=20")).await;
+        assert_ne!(a["status"], seen.as_str(), "answered only on a change");
+        seen = a["status"].as_str().unwrap().to_string();
+        assert!(started.elapsed() < Duration::from_secs(20), "{seen}");
+    }
+    // A finished action answers at once.
+    let done = std::time::Instant::now();
+    assert_eq!(
+        t.get(&format!("/actions/{id}?wait=20")).await["status"],
+        "succeeded"
+    );
+    assert!(done.elapsed() < Duration::from_secs(5));
+}

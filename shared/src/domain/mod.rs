@@ -93,6 +93,16 @@ string_enum!(ActionStatus {
 });
 string_enum!(QueueTarget { Orders => "worker:orders", Jobs => "worker:jobs" });
 
+impl ActionStatus {
+    /// `succeeded`, `failed` (and the reserved `rejected`): nothing will change any more.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            ActionStatus::Succeeded | ActionStatus::Failed | ActionStatus::Rejected
+        )
+    }
+}
+
 impl OrderStatus {
     /// An order that may still trade: it counts against the position limit until it is
     /// filled, cancelled or rejected.

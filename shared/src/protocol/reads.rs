@@ -192,6 +192,33 @@ impl Reads {
         .await
     }
 
+    /// The action, once its status differs from the one first read, or when `wait` runs out
+    /// (0: at once). A finished action (`succeeded`, `failed`) answers at once: nothing more
+    /// will change. Status without polling loops on the caller's side; the reads back off
+    /// from 100 ms to 1 s, so a 20 s wait costs about two dozen reads.
+    pub async fn action_wait(
+        &self,
+        caller: &Caller,
+        action_id: &str,
+        wait: std::time::Duration,
+    ) -> Result<ActionRecord, ApiError> {
+        let first = self.action(caller, action_id).await?;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            let now = tokio::time::Instant::now();
+            if first.status.is_final() || now >= deadline {
+                return Ok(first);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 3 / 2).min(std::time::Duration::from_secs(1));
+            let a = self.action(caller, action_id).await?;
+            if a.status != first.status {
+                return Ok(a);
+            }
+        }
+    }
+
     /// An action the caller may see (its account's desk), else 404 `action_not_found`.
     pub async fn action(&self, caller: &Caller, action_id: &str) -> Result<ActionRecord, ApiError> {
         caller.require(Permission::Read)?;

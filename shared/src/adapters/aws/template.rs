@@ -1213,6 +1213,21 @@ mod tests {
                 ));
             }
         }
+        // `GET /actions/{id}?wait=20` holds its request: the wait, then the first and the
+        // last read stalling, still end before the function's timeout.
+        let status = t
+            .functions
+            .iter()
+            .find(|f| f.binary.as_deref() == Some("action-status"))
+            .expect("the action-status function");
+        let need_ms =
+            crate::handlers::action_status::MAX_WAIT_S * 1000 + 2 * limits.operation_timeout_ms;
+        if need_ms >= u64::from(status.timeout_s.unwrap_or(3)) * 1000 {
+            problems.push(format!(
+                "ActionStatusFunction: a {} s wait needs more than {need_ms} ms",
+                crate::handlers::action_status::MAX_WAIT_S
+            ));
+        }
         assert_eq!(problems, Vec::<String>::new());
         // And the check can fail: a 2 s function would not hold them.
         assert!(limits.operation_timeout_ms * super::super::MAX_SEQUENTIAL_CALLS >= 2_000);
