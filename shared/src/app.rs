@@ -96,6 +96,8 @@ pub struct AppState {
     pub worker: Arc<Worker>,
     pub sweeper: Arc<Sweeper>,
     pub approvals: Arc<Approvals>,
+    /// The agent's tools (the MCP endpoint), on the same use cases.
+    pub tools: Arc<crate::protocol::tools::Tools>,
     pub ports: Ports,
 }
 
@@ -189,15 +191,24 @@ impl AppState {
             plans: ports.plans.clone(),
             audit: ports.audit.clone(),
         };
+        let plan = Arc::new(plan);
+        let execute = Arc::new(execute);
+        let reads = Arc::new(reads);
+        let tools = crate::protocol::tools::Tools {
+            reads: reads.clone(),
+            plan: plan.clone(),
+            execute: execute.clone(),
+        };
         AppState {
             approvals: Arc::new(approvals),
+            tools: Arc::new(tools),
             config: Arc::new(config),
             clock,
             auth: Arc::new(auth),
             policy,
-            plan: Arc::new(plan),
-            execute: Arc::new(execute),
-            reads: Arc::new(reads),
+            plan,
+            execute,
+            reads,
             worker,
             sweeper: Arc::new(sweeper),
             ports,

@@ -22,7 +22,7 @@ pub enum PlanStatus {
 }
 
 /// What an operator decided on the approval page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalDecision {
     Approved,
@@ -120,7 +120,7 @@ impl PlanRecord {
 }
 
 /// What an execute points at: the order or job the worker will create.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResourceRefs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order_id: Option<String>,

@@ -35,7 +35,7 @@ pub fn human_time(ms: Millis) -> String {
 macro_rules! string_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
         pub enum $name { $(#[serde(rename = $text)] $variant),+ }
 
         impl $name {
@@ -337,7 +337,7 @@ pub struct Position {
 /// What an order trades and for whom: the same terms from the plan's normalized payload
 /// through Airlock's order record to the broker's order. Flattened in JSON, so each of
 /// those keeps its flat shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OrderTerms {
     pub account_id: String,
     pub symbol: String,
@@ -586,7 +586,7 @@ fn default_tif() -> TimeInForce {
 
 /// `order.submit.cl` payload, as sent. The symbol stays text: a bad symbol is a failed
 /// `symbol_valid` check in the plan, not a malformed request.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderSubmitCl {
     pub account_id: Ident,
@@ -603,7 +603,7 @@ pub struct OrderSubmitCl {
 }
 
 /// `order.cancel` payload.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderCancel {
     pub account_id: Ident,
@@ -611,8 +611,68 @@ pub struct OrderCancel {
 }
 
 /// `positions.sync` payload.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PositionsSync {
     pub account_id: Ident,
+}
+
+/// JSON Schemas of the domain's text and number types, as their parsers accept them (the
+/// MCP tools publish them; the REST API's OpenAPI document will too).
+mod schemas {
+    use std::borrow::Cow;
+
+    use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+
+    impl JsonSchema for super::Ident {
+        fn schema_name() -> Cow<'static, str> {
+            "Ident".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string", "minLength": 1, "maxLength": 64,
+                "pattern": "^[A-Za-z0-9._:-]+$",
+                "description": "An identifier: 1 to 64 letters, digits or -_.:"
+            })
+        }
+    }
+
+    impl JsonSchema for super::Quantity {
+        fn schema_name() -> Cow<'static, str> {
+            "Quantity".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "integer", "minimum": 1, "maximum": 1000000,
+                "description": "Whole contracts"
+            })
+        }
+    }
+
+    impl JsonSchema for super::Price {
+        fn schema_name() -> Cow<'static, str> {
+            "Price".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "anyOf": [
+                    { "type": "string", "maxLength": 32, "pattern": "^[+-]?[0-9]*\\.?[0-9]+$" },
+                    { "type": "number" }
+                ],
+                "description": "A decimal price in USD per barrel: a string (\"68.45\") or a number on input, always a string on output; may be negative"
+            })
+        }
+    }
+
+    impl JsonSchema for super::IdempotencyKey {
+        fn schema_name() -> Cow<'static, str> {
+            "IdempotencyKey".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]+$",
+                "description": "1 to 255 printable ASCII characters"
+            })
+        }
+    }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{ActionType, Ident, OrderSubmitCl, OrderTerms, Quantity};
 
 /// The normalized `order.submit.cl` payload. `symbol` is canonical (`CLF27`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NormalizedOrder {
     #[serde(flatten)]
     pub terms: OrderTerms,
@@ -35,7 +35,7 @@ impl NormalizedOrder {
 }
 
 /// The normalized `order.cancel` payload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NormalizedCancel {
     pub account_id: String,
@@ -43,7 +43,7 @@ pub struct NormalizedCancel {
 }
 
 /// The normalized `positions.sync` payload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NormalizedSync {
     pub account_id: String,
@@ -52,7 +52,7 @@ pub struct NormalizedSync {
 /// One normalized payload per action type. Stored and sent untagged; the variants cannot
 /// be mistaken for one another (an order has a side, a cancel an order id, and neither
 /// a cancel nor a sync accepts a field it does not have).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum NormalizedPayload {
     OrderSubmitCl(NormalizedOrder),

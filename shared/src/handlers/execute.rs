@@ -50,7 +50,7 @@ async fn handler(
 /// identifier and the confirmation token compact-JWS text, so neither reaches a store key
 /// or a log malformed. `idempotency_key` is bounded by its type, `requested_by` by the
 /// protocol.
-fn check_execute_request(req: &ExecuteRequest) -> Result<(), ApiError> {
+pub(crate) fn check_execute_request(req: &ExecuteRequest) -> Result<(), ApiError> {
     check_ident("/plan_id", &req.plan_id)
         .map_err(|_| ApiError::invalid("/plan_id", "must be a plan id from POST /actions/plan"))?;
     if let Some(t) = &req.confirmation_token {

@@ -9,6 +9,7 @@ pub mod approvals;
 pub mod execute;
 pub mod health;
 pub mod jobs;
+pub mod mcp;
 pub mod orders;
 pub mod plan;
 pub mod positions;
@@ -33,6 +34,7 @@ pub fn all() -> Router<AppState> {
         .merge(plan::routes())
         .merge(execute::routes())
         .merge(approvals::routes())
+        .merge(mcp::routes(true))
 }
 
 /// One page of a listing as the answer: `{ "<name>": [...], "next_cursor": ... }`.

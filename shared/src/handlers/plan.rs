@@ -36,7 +36,7 @@ const MAX_SYMBOL_BYTES: usize = 32;
 
 /// Bounds of a plan body that the typed parse does not enforce. Ids in the payload are
 /// `Ident`s (`domain`), `requested_by` is checked by the protocol.
-fn check_plan_request(req: &PlanRequest) -> Result<(), ApiError> {
+pub(crate) fn check_plan_request(req: &PlanRequest) -> Result<(), ApiError> {
     if let Some(c) = &req.chat_context {
         super::check_chat_context(c, "/chat_context")?;
     }

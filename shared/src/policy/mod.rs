@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::calendar::ExchangeCalendar;
 use crate::domain::ActionType;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckStatus {
     Pass,
@@ -31,7 +31,7 @@ pub enum CheckStatus {
 }
 
 /// One named pre-trade check and its outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RiskCheck {
     pub name: String,
     pub status: CheckStatus,

@@ -71,7 +71,7 @@ pub struct ExecuteRequest {
     pub chat_context: Option<ChatContext>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Accepted {
     pub action_id: String,
     pub status: &'static str,

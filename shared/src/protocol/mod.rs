@@ -7,6 +7,7 @@ pub mod control;
 pub mod execute;
 pub mod plan;
 pub mod reads;
+pub mod tools;
 pub mod views;
 
 use std::collections::BTreeMap;
@@ -17,7 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{ApiError, Code};
 
 /// Free-form chat trace fields, kept for audit.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChatContext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_session_id: Option<String>,

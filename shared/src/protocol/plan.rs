@@ -61,7 +61,7 @@ pub struct PlanRequest {
     pub chat_context: Option<ChatContext>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PlanResponse {
     pub plan_id: String,
     pub action_type: ActionType,
@@ -81,7 +81,7 @@ pub struct PlanResponse {
 
 /// Where and until when an `operator`-mode plan can be approved. The URL names the plan
 /// and carries nothing that lets its holder approve: the page needs a passkey.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ApprovalInfo {
     pub required: bool,
     pub url: String,

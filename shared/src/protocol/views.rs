@@ -13,7 +13,7 @@ use crate::domain::{
 use crate::protocol::reads::Listing;
 use crate::records::{ActionRecord, ResourceRefs};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct AccountView<'a> {
     pub account_id: &'a str,
     pub name: &'a str,
@@ -34,7 +34,7 @@ impl<'a> From<&'a Account> for AccountView<'a> {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PositionView<'a> {
     pub account_id: &'a str,
     pub symbol: &'a str,
@@ -55,7 +55,7 @@ impl<'a> From<&'a Position> for PositionView<'a> {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct OrderView<'a> {
     pub order_id: &'a str,
     pub account_id: &'a str,
@@ -96,7 +96,7 @@ impl<'a> From<&'a Order> for OrderView<'a> {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct JobView<'a> {
     pub job_id: &'a str,
     pub kind: JobKind,
@@ -126,7 +126,7 @@ impl<'a> From<&'a Job> for JobView<'a> {
 }
 
 /// `GET /actions/{action_id}`: the action's status, never its message or its key.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct ActionView<'a> {
     pub action_id: &'a str,
     pub plan_id: &'a str,

@@ -1,0 +1,536 @@
+//! The agent's tools, for every tool front door (the MCP endpoint today): each tool is a
+//! name, a permission, safety hints, input and output JSON Schemas generated from the same
+//! Rust types as the REST API, and a call into the same use cases as the REST handlers
+//! (`Reads`, `Planner`, `Executor`). Nothing here is a second implementation: a tool parses
+//! its arguments into the REST request types and answers with the REST views.
+
+use std::sync::{Arc, OnceLock};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::auth::{Caller, Permission};
+use crate::domain::{
+    ActionType, IdempotencyKey, JobKind, JobStatus, OrderCancel, OrderStatus, OrderSubmitCl,
+    PositionsSync,
+};
+use crate::error::{ApiError, Code};
+use crate::parse::from_value;
+use crate::ports::{JobFilter, OrderFilter};
+use crate::protocol::execute::{ExecuteOutcome, ExecuteRequest, Executor, RequestFacts};
+use crate::protocol::plan::{PlanRequest, PlanResponse, Planner};
+use crate::protocol::reads::{PageRequest, Reads};
+use crate::protocol::views::{
+    AccountView, ActionView, JobView, ListingView, OrderView, PositionView,
+};
+use crate::protocol::ChatContext;
+
+/// One tool as a client sees it.
+#[derive(Debug, Clone)]
+pub struct ToolDef {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    /// The caller's effective permission that lists and allows it.
+    pub permission: Permission,
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    /// JSON Schema 2020-12 of the arguments (an object).
+    pub input_schema: Value,
+    /// JSON Schema 2020-12 of `structuredContent` (an object).
+    pub output_schema: Value,
+}
+
+/// Who is calling and from where, for audit records.
+#[derive(Debug, Clone, Default)]
+pub struct ToolFacts {
+    pub request_id: String,
+    pub chat_session_id: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
+/// What a tool call amounts to.
+#[derive(Debug, Clone)]
+pub enum ToolOutcome {
+    /// The answer: the REST view as structured content, and one short line of text.
+    Done { structured: Value, text: String },
+    /// The plan waits for its operator's approval on the approval page: the client should
+    /// open `url` for the user, then call the same tool again.
+    NeedsApproval {
+        plan_id: String,
+        url: String,
+        expires_at: String,
+        message: String,
+    },
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PageArgs {
+    /// Rows per page, 1 to 200 (default 50).
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page, unchanged.
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PositionsArgs {
+    /// Only this account.
+    account_id: Option<crate::domain::Ident>,
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct OrdersArgs {
+    account_id: Option<crate::domain::Ident>,
+    status: Option<OrderStatus>,
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct JobsArgs {
+    kind: Option<JobKind>,
+    status: Option<JobStatus>,
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ActionArgs {
+    action_id: crate::domain::Ident,
+    /// Seconds to wait for the status to change, 0 to 20 (default 0).
+    #[schemars(range(min = 0, max = 20))]
+    wait: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ExecuteArgs {
+    /// The plan to execute, from a plan tool.
+    plan_id: crate::domain::Ident,
+    /// Optional: without one, a key derived from the plan and the caller is used, so a
+    /// retried call is a `duplicate`, never a second order.
+    idempotency_key: Option<IdempotencyKey>,
+    /// Only for plans confirmed with a token (cancels and syncs): the plan's
+    /// `confirmation_token`. Orders are approved by the operator on the approval page.
+    confirmation_token: Option<String>,
+}
+
+fn schema_of<T: JsonSchema>() -> Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_else(|_| json!({}));
+    // 2020-12 is the default dialect of MCP schemas: no `$schema` needed.
+    if let Some(m) = v.as_object_mut() {
+        m.remove("$schema");
+        m.remove("title");
+    }
+    v
+}
+
+/// `{ "<name>": [<item>], "next_cursor": string|null }`.
+fn listing_schema<T: JsonSchema>(name: &str) -> Value {
+    let mut item = schema_of::<T>();
+    let defs = item
+        .as_object_mut()
+        .and_then(|m| m.remove("$defs"))
+        .unwrap_or_else(|| json!({}));
+    json!({
+        "type": "object",
+        "properties": {
+            name: { "type": "array", "items": item },
+            "next_cursor": { "type": ["string", "null"] }
+        },
+        "required": [name, "next_cursor"],
+        "$defs": defs
+    })
+}
+
+fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "error": {
+                "type": "object",
+                "properties": {
+                    "code": { "type": "string" },
+                    "message": { "type": "string" },
+                    "details": { "type": "array", "items": { "type": "object" } }
+                },
+                "required": ["code", "message"]
+            }
+        },
+        "required": ["error"]
+    })
+}
+
+/// The output schema of a tool: its answer, or the contract's error body (`isError`). The
+/// answer's definitions move to the root, where its `#/$defs/...` references point.
+fn output(mut answer: Value) -> Value {
+    let defs = answer
+        .as_object_mut()
+        .and_then(|m| m.remove("$defs"))
+        .unwrap_or_else(|| json!({}));
+    json!({ "anyOf": [answer, error_schema()], "type": "object", "$defs": defs })
+}
+
+const READ: (bool, bool, bool) = (true, false, true);
+
+/// Every tool, in a stable order.
+pub fn catalog() -> &'static [ToolDef] {
+    static TOOLS: OnceLock<Vec<ToolDef>> = OnceLock::new();
+    TOOLS.get_or_init(|| {
+        let tool = |name, title, description, permission, (read_only, destructive, idempotent): (bool, bool, bool), input_schema, output_schema| ToolDef {
+            name,
+            title,
+            description,
+            permission,
+            read_only,
+            destructive,
+            idempotent,
+            input_schema,
+            output_schema: output(output_schema),
+        };
+        let plan_out = schema_of::<PlanResponse>();
+        vec![
+            tool("list_accounts", "List accounts", "Accounts the operator may see (desk-filtered), by account id. Page with next_cursor.", Permission::Read, READ, schema_of::<PageArgs>(), listing_schema::<AccountView<'static>>("accounts")),
+            tool("list_positions", "List positions", "Signed positions in contracts (long > 0, short < 0) with average prices, optionally for one account.", Permission::Read, READ, schema_of::<PositionsArgs>(), listing_schema::<PositionView<'static>>("positions")),
+            tool("list_orders", "List orders", "Orders newest first, optionally by account and status.", Permission::Read, READ, schema_of::<OrdersArgs>(), listing_schema::<OrderView<'static>>("orders")),
+            tool("list_jobs", "List jobs", "Jobs (positions syncs) newest first, with their results or errors.", Permission::Read, READ, schema_of::<JobsArgs>(), listing_schema::<JobView<'static>>("jobs")),
+            tool("get_action", "Get an action's status", "The status of an executed action (queued, processing, succeeded, failed). Pass wait (seconds, up to 20) to get the answer as soon as the status changes.", Permission::Read, READ, schema_of::<ActionArgs>(), schema_of::<ActionView<'static>>()),
+            tool("plan_cl_order", "Plan a CL futures order", "Validate a NYMEX WTI crude oil (CL) order and run the risk checks. Returns a preview for the operator and, when executable, where the operator approves it. Places nothing.", Permission::Plan, READ, schema_of::<OrderSubmitCl>(), plan_out.clone()),
+            tool("plan_cancel_order", "Plan an order cancel", "Validate cancelling an open order. Returns a preview and a confirmation_token for execute_plan. Cancels nothing by itself.", Permission::Plan, READ, schema_of::<OrderCancel>(), plan_out.clone()),
+            tool("plan_positions_sync", "Plan a positions sync", "Plan rebuilding an account's positions from the broker's view. Returns a preview and a confirmation_token for execute_plan.", Permission::Plan, READ, schema_of::<PositionsSync>(), plan_out),
+            tool("execute_plan", "Execute a plan", "Queue a planned action for the workers, after the operator confirmed it (orders: approved on the approval page). Safe to retry: the same plan and caller never execute twice. Report progress with get_action.", Permission::Execute, (false, true, true), schema_of::<ExecuteArgs>(), schema_of::<crate::protocol::execute::Accepted>()),
+        ]
+    })
+}
+
+/// The tools this caller may list and call: the caller's effective permissions decide.
+pub fn visible(caller: &Caller) -> impl Iterator<Item = &'static ToolDef> + '_ {
+    catalog()
+        .iter()
+        .filter(|t| caller.permissions.contains(&t.permission))
+}
+
+/// The idempotency key of an `execute_plan` call that names none: one per plan and caller,
+/// so a retried tool call replays the first decision.
+pub fn derived_key(caller: &Caller, plan_id: &str) -> String {
+    let h = super::sha256_hex(
+        format!(
+            "{}\u{0}{}\u{0}{plan_id}",
+            caller.service.sub, caller.operator.sub
+        )
+        .as_bytes(),
+    );
+    format!("mcp:{plan_id}:{}", &h[..16])
+}
+
+/// The tool use cases, built once per process (`app.rs`).
+#[derive(Clone)]
+pub struct Tools {
+    pub reads: Arc<Reads>,
+    pub plan: Arc<Planner>,
+    pub execute: Arc<Executor>,
+}
+
+fn page(limit: Option<u32>, cursor: Option<String>) -> Result<PageRequest, ApiError> {
+    let limit = limit.unwrap_or(crate::pagination::DEFAULT_LIMIT);
+    if !(1..=crate::pagination::MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid("/limit", "must be 1 to 200"));
+    }
+    Ok(PageRequest { limit, cursor })
+}
+
+fn done<T: serde::Serialize>(v: &T, text: String) -> Result<ToolOutcome, ApiError> {
+    Ok(ToolOutcome::Done {
+        structured: serde_json::to_value(v)
+            .map_err(|e| ApiError::internal(format!("encoding a tool answer: {e}")))?,
+        text,
+    })
+}
+
+fn listing_text(n: usize, what: &str, more: bool) -> String {
+    format!(
+        "{n} {what}{}",
+        if more { "; more with next_cursor" } else { "" }
+    )
+}
+
+impl Tools {
+    /// Runs a tool the caller may see (an unknown or hidden one is the caller's to refuse
+    /// before this: see [`visible`]). Bad arguments and refusals are errors with the
+    /// contract's codes, to be answered as tool errors.
+    pub async fn call(
+        &self,
+        caller: &Caller,
+        tool: &ToolDef,
+        args: Value,
+        facts: &ToolFacts,
+    ) -> Result<ToolOutcome, ApiError> {
+        caller.require(tool.permission)?;
+        let args = if args.is_null() { json!({}) } else { args };
+        match tool.name {
+            "list_accounts" => {
+                let a: PageArgs = from_value(args, "")?;
+                let l = self
+                    .reads
+                    .accounts(caller, &page(a.limit, a.cursor)?)
+                    .await?;
+                let text = listing_text(l.rows.len(), "accounts", l.next_cursor.is_some());
+                done(
+                    &ListingView {
+                        name: "accounts",
+                        listing: &l,
+                    },
+                    text,
+                )
+            }
+            "list_positions" => {
+                let a: PositionsArgs = from_value(args, "")?;
+                let id = a.account_id.as_ref().map(|i| i.as_str());
+                let l = self
+                    .reads
+                    .positions(caller, id, &page(a.limit, a.cursor)?)
+                    .await?;
+                let text = listing_text(l.rows.len(), "positions", l.next_cursor.is_some());
+                done(
+                    &ListingView {
+                        name: "positions",
+                        listing: &l,
+                    },
+                    text,
+                )
+            }
+            "list_orders" => {
+                let a: OrdersArgs = from_value(args, "")?;
+                let filter = OrderFilter {
+                    account_id: a.account_id.map(|i| i.as_str().to_string()),
+                    status: a.status,
+                };
+                let l = self
+                    .reads
+                    .orders(caller, filter, &page(a.limit, a.cursor)?)
+                    .await?;
+                let text = listing_text(l.rows.len(), "orders", l.next_cursor.is_some());
+                done(
+                    &ListingView {
+                        name: "orders",
+                        listing: &l,
+                    },
+                    text,
+                )
+            }
+            "list_jobs" => {
+                let a: JobsArgs = from_value(args, "")?;
+                let filter = JobFilter {
+                    kind: a.kind,
+                    status: a.status,
+                };
+                let l = self
+                    .reads
+                    .jobs(caller, filter, &page(a.limit, a.cursor)?)
+                    .await?;
+                let text = listing_text(l.rows.len(), "jobs", l.next_cursor.is_some());
+                done(
+                    &ListingView {
+                        name: "jobs",
+                        listing: &l,
+                    },
+                    text,
+                )
+            }
+            "get_action" => {
+                let a: ActionArgs = from_value(args, "")?;
+                let wait = crate::handlers::action_status::wait_seconds(
+                    a.wait.map(|w| w.to_string()).as_deref(),
+                )
+                .map_err(|_| ApiError::invalid("/wait", "must be 0 to 20 seconds"))?;
+                let r = self
+                    .reads
+                    .action_wait(
+                        caller,
+                        a.action_id.as_str(),
+                        std::time::Duration::from_secs(wait),
+                    )
+                    .await?;
+                let text = format!("Action {} is {}", r.action_id, r.status);
+                done(&ActionView::from(&r), text)
+            }
+            "plan_cl_order" => {
+                self.plan(caller, ActionType::OrderSubmitCl, args, facts)
+                    .await
+            }
+            "plan_cancel_order" => {
+                self.plan(caller, ActionType::OrderCancel, args, facts)
+                    .await
+            }
+            "plan_positions_sync" => {
+                self.plan(caller, ActionType::PositionsSync, args, facts)
+                    .await
+            }
+            "execute_plan" => self.execute_plan(caller, args, facts).await,
+            other => Err(ApiError::new(Code::NotFound, format!("No tool {other}."))),
+        }
+    }
+
+    async fn plan(
+        &self,
+        caller: &Caller,
+        action_type: ActionType,
+        args: Value,
+        facts: &ToolFacts,
+    ) -> Result<ToolOutcome, ApiError> {
+        // The payload's own type checks it first, with pointers into the arguments.
+        match action_type {
+            ActionType::OrderSubmitCl => {
+                from_value::<OrderSubmitCl>(args.clone(), "").map(|_| ())?
+            }
+            ActionType::OrderCancel => from_value::<OrderCancel>(args.clone(), "").map(|_| ())?,
+            ActionType::PositionsSync => {
+                from_value::<PositionsSync>(args.clone(), "").map(|_| ())?
+            }
+        }
+        let req = PlanRequest {
+            action_type,
+            payload: args,
+            requested_by: caller.operator.sub.clone(),
+            chat_context: Some(chat(facts)),
+        };
+        crate::handlers::plan::check_plan_request(&req)?;
+        let p = self.plan.plan(caller, req, &facts.request_id).await?;
+        let text = match (&p.approval, p.executable) {
+            (_, false) => format!("Plan {}: {} Not executable: a risk check failed.", p.plan_id, p.preview),
+            (Some(a), true) => format!(
+                "Plan {}: {} The operator approves it at {} before {}; then call execute_plan.",
+                p.plan_id, p.preview, a.url, a.expires_at
+            ),
+            (None, true) => format!(
+                "Plan {}: {} Show the preview to the operator; on their confirmation call execute_plan with the confirmation_token.",
+                p.plan_id, p.preview
+            ),
+        };
+        done(&p, text)
+    }
+
+    async fn execute_plan(
+        &self,
+        caller: &Caller,
+        args: Value,
+        facts: &ToolFacts,
+    ) -> Result<ToolOutcome, ApiError> {
+        let a: ExecuteArgs = from_value(args, "")?;
+        let key = match a.idempotency_key {
+            Some(k) => k,
+            None => IdempotencyKey::parse(&derived_key(caller, a.plan_id.as_str()))
+                .map_err(ApiError::internal)?,
+        };
+        let req = ExecuteRequest {
+            plan_id: a.plan_id.as_str().to_string(),
+            confirmation_token: a.confirmation_token,
+            idempotency_key: key,
+            requested_by: caller.operator.sub.clone(),
+            chat_context: Some(chat(facts)),
+        };
+        crate::handlers::execute::check_execute_request(&req)?;
+        let rf = RequestFacts {
+            request_id: &facts.request_id,
+            chat: chat(facts),
+        };
+        match self.execute.execute(caller, req, None, rf).await {
+            Ok(ExecuteOutcome::Queued(x)) => {
+                let text = format!(
+                    "Queued action {} on {}; follow it with get_action.",
+                    x.action_id, x.queue_target
+                );
+                done(&x, text)
+            }
+            Ok(ExecuteOutcome::Duplicate(x)) => {
+                let text = format!(
+                    "Already executed as action {} (duplicate); follow it with get_action.",
+                    x.action_id
+                );
+                done(&x, text)
+            }
+            Err(e) if e.code == Code::ApprovalRequired => {
+                let field = |k: &str| {
+                    e.approval
+                        .as_ref()
+                        .and_then(|v| v.get(k))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                Ok(ToolOutcome::NeedsApproval {
+                    plan_id: a.plan_id.as_str().to_string(),
+                    url: field("url"),
+                    expires_at: field("expires_at"),
+                    message: e.message.clone(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn chat(facts: &ToolFacts) -> ChatContext {
+    ChatContext {
+        chat_session_id: facts.chat_session_id.clone(),
+        tool_call_id: facts.tool_call_id.clone(),
+        extra: Default::default(),
+    }
+}
+
+/// A tool error's structured content: the contract's error body.
+pub fn error_body(e: &ApiError) -> Value {
+    let mut err = json!({ "code": e.code.as_str(), "message": e.message });
+    if !e.details.is_empty() {
+        err["details"] = serde_json::to_value(&e.details).unwrap_or_default();
+    }
+    json!({ "error": err })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_are_objects_from_the_rest_types() {
+        for t in catalog() {
+            assert_eq!(t.input_schema["type"], "object", "{}", t.name);
+            assert!(t.input_schema.get("$schema").is_none());
+        }
+        let order = &catalog()[5];
+        assert_eq!(order.name, "plan_cl_order");
+        let props = order.input_schema["properties"].as_object().unwrap();
+        for f in [
+            "account_id",
+            "symbol",
+            "side",
+            "quantity",
+            "order_type",
+            "limit_price",
+            "time_in_force",
+        ] {
+            assert!(props.contains_key(f), "{f}");
+        }
+        let required: Vec<&str> = order.input_schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(required.contains(&"quantity") && !required.contains(&"time_in_force"));
+        assert_eq!(order.input_schema["additionalProperties"], false);
+    }
+}
