@@ -13,6 +13,9 @@ scripts/emulator.sh
 echo "== a real browser for the approval page (Debian's chromium and chromium-driver)"
 scripts/browser.sh
 
+echo "== the MCP clients the tests drive (@mastra/mcp, the TypeScript SDK; npm ci into tests/mcp)"
+scripts/node-deps.sh
+
 echo "== the SAM template (cfn-lint, sam validate --lint; SAM CLI into .venv/sam)"
 scripts/infra-lint.sh
 

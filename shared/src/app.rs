@@ -198,6 +198,8 @@ impl AppState {
             reads: reads.clone(),
             plan: plan.clone(),
             execute: execute.clone(),
+            plans: ports.plans.clone(),
+            clock: clock.clone(),
         };
         AppState {
             approvals: Arc::new(approvals),

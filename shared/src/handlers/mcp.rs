@@ -238,10 +238,19 @@ impl rmcp::ServerHandler for McpServer {
                 .into());
             }
             let until = tokio::time::Instant::now() + APPROVAL_HOLD;
-            while matches!(outcome, Ok(ToolOutcome::NeedsApproval { .. }))
-                && tokio::time::Instant::now() < until
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            if matches!(outcome, Ok(ToolOutcome::NeedsApproval { .. })) {
+                // Look at the plan (a read, no audit record) until it is decided, then
+                // execute once more.
+                while tokio::time::Instant::now() < until
+                    && self
+                        .state
+                        .tools
+                        .awaiting_approval(&args)
+                        .await
+                        .unwrap_or(false)
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
                 outcome = self
                     .state
                     .tools

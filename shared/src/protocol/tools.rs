@@ -242,6 +242,9 @@ pub struct Tools {
     pub reads: Arc<Reads>,
     pub plan: Arc<Planner>,
     pub execute: Arc<Executor>,
+    /// Read while a call waits for an operator's approval (no audit record per look).
+    pub plans: Arc<dyn crate::ports::PlanStore>,
+    pub clock: crate::clock::SharedClock,
 }
 
 fn page(limit: Option<u32>, cursor: Option<String>) -> Result<PageRequest, ApiError> {
@@ -268,6 +271,21 @@ fn listing_text(n: usize, what: &str, more: bool) -> String {
 }
 
 impl Tools {
+    /// Whether `args` name a plan (`plan_id`) that still waits for its operator's approval:
+    /// a cheap read to poll while holding a call, instead of an execute (and its audit
+    /// record) per look.
+    pub async fn awaiting_approval(&self, args: &Value) -> Result<bool, ApiError> {
+        let Some(id) = args.get("plan_id").and_then(Value::as_str) else {
+            return Ok(false);
+        };
+        let now = self.clock.now_ms();
+        Ok(self
+            .plans
+            .get_plan(id)
+            .await?
+            .is_some_and(|p| p.awaits_approval(now)))
+    }
+
     /// Runs a tool the caller may see (an unknown or hidden one is the caller's to refuse
     /// before this: see [`visible`]). Bad arguments and refusals are errors with the
     /// contract's codes, to be answered as tool errors.

@@ -1065,6 +1065,8 @@ mod tests {
             ("action-status", vec![route("GET", "/actions/{action_id}")]),
             ("plan", vec![route("POST", "/actions/plan")]),
             ("execute", vec![route("POST", "/actions/execute")]),
+            // MCP answers GET and DELETE (405) itself.
+            ("mcp", vec![route("ANY", "/mcp")]),
             (
                 "worker-orders",
                 vec![EventDef::Sqs {
