@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Subcommands: `startup`, `reads`, `pairs`, `pairs-shared`, `workers`, `all` (every one of
-//! them), and `aws-calls` (not in `all`: it needs the moto emulator, `scripts/emulator.sh`).
+//! them), `mcp` (MCP tool-call latency next to REST; not in `all`), and `aws-calls` (not in
+//! `all`: it needs the moto emulator, `scripts/emulator.sh`).
 //! Options: `--duration SECS` (measured window of `reads`/`pairs`, default 10),
 //! `--clients N` (default 16), `--runs N` (fresh starts for `startup`, default 20),
 //! `--orders N` (bulk orders seeded for `startup`/`reads`, default 10000),
@@ -1191,6 +1192,107 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
 /// The bench's orders stay open while the workers are off, and position limits count open
 /// orders: a policy without a practical position limit keeps every pair executable, so the
 /// figures measure the protocol, not the limit.
+/// `mcp`: the latency of MCP tool calls next to the REST calls they wrap, one client in a
+/// closed loop for `--duration` (after the warm-up): each round is `tools/list`, then
+/// `plan_cl_order` and `execute_plan` over MCP (2026-07-28 wire form), then the same plan
+/// and execute over REST. One client, so the figures are latencies, not throughput.
+async fn bench_mcp(o: &Opts) -> Vec<Row> {
+    eprintln!("== mcp: tool-call latency vs REST, 1 client, {:.0} s", o.duration.as_secs_f64());
+    let env = [
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_WORKERS", o.workers.as_str()),
+    ];
+    let s = Server::start(&env);
+    no_position_limit(&s);
+    let service = s.service_token();
+    let operator = s.operator_token(TRADER, "trader", Some("energy"));
+    let http = http_client();
+    let base = format!("{}{BASE}", s.base);
+    let auth = format!("Bearer {service}");
+    let order = json!({ "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" });
+    let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} });
+    let mut id = 0u64;
+    let mut mcp = |method: &str, name: Option<&str>, params: Value| {
+        id += 1;
+        let mut params = params;
+        params["_meta"] = meta.clone();
+        let mut rq = http
+            .post(format!("{base}/mcp"))
+            .header("authorization", &auth)
+            .header("x-operator-token", &operator)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method.to_string())
+            .body(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string());
+        if let Some(n) = name {
+            rq = rq.header("mcp-name", n.to_string());
+        }
+        rq
+    };
+    let rest = |path: &str, body: Value| {
+        http.post(format!("{base}{path}"))
+            .header("authorization", &auth)
+            .header("x-operator-token", &operator)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+    };
+    async fn timed(rq: reqwest::RequestBuilder) -> (Duration, Value) {
+        let t = Instant::now();
+        let body = match rq.send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => e.to_string(),
+        };
+        (t.elapsed(), serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+    let names = ["MCP tools/list", "MCP plan_cl_order", "MCP execute_plan", "REST plan", "REST execute"];
+    let mut lat = vec![Lat::default(); names.len()];
+    let mut errors = 0u64;
+    let begin = Instant::now() + o.warmup;
+    let end = begin + o.duration;
+    let mut round = 0u64;
+    while Instant::now() < end {
+        round += 1;
+        let measured = Instant::now() >= begin;
+        let side = if round % 2 == 0 { "buy" } else { "sell" };
+        let mut args = order.clone();
+        args["side"] = json!(side);
+        let (d0, r0) = timed(mcp("tools/list", None, json!({}))).await;
+        let (d1, r1) = timed(mcp("tools/call", Some("plan_cl_order"), json!({ "name": "plan_cl_order", "arguments": args }))).await;
+        let p = &r1["result"]["structuredContent"];
+        let exec = json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] });
+        let (d2, r2) = timed(mcp("tools/call", Some("execute_plan"), json!({ "name": "execute_plan", "arguments": exec }))).await;
+        let (d3, r3) = timed(rest("/actions/plan", json!({ "action_type": "order.submit.cl", "payload": args, "requested_by": TRADER }))).await;
+        let key = format!("bench-mcp-rest-{round}");
+        let (d4, r4) = timed(rest("/actions/execute", json!({ "plan_id": r3["plan_id"], "confirmation_token": r3["confirmation_token"], "idempotency_key": key, "requested_by": TRADER }))).await;
+        let ok = r0["result"]["tools"].is_array()
+            && r2["result"]["structuredContent"]["status"] == "queued"
+            && r4["status"] == "queued";
+        if !ok {
+            errors += 1;
+            if errors <= 3 {
+                eprintln!("  round {round} failed: {r2} / {r4}");
+            }
+        }
+        if measured {
+            for (l, d) in lat.iter_mut().zip([d0, d1, d2, d3, d4]) {
+                l.push(d);
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (n, l) in names.iter().zip(&lat) {
+        rows.push(info(
+            "mcp",
+            &format!("{n}: p50 / p95 / p99"),
+            format!("{:.2} / {:.2} / {:.2} ms ({} calls)", l.pct(50.0), l.pct(95.0), l.pct(99.0), l.0.len()),
+        ));
+    }
+    rows.push(row("mcp", "rounds with an error", errors.to_string(), "0", Some(errors == 0)));
+    rows
+}
+
 fn no_position_limit(s: &Server) {
     let file = s.state_dir.join("bench-policy.json");
     std::fs::write(&file, r#"{"version": "bench", "max_position": 4000000000, "confirmation": {"order.submit.cl": "token"}}"#)
@@ -2354,7 +2456,7 @@ async fn bench_aws_calls(_o: &Opts) -> Vec<Row> {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: airlock-bench <startup|reads|pairs|pairs-shared|workers|all|aws-calls> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off] [--queued N] [--stream-clients N] [--stream-secs SECS] [--stream-rates R,R]"
+        "usage: airlock-bench <startup|reads|pairs|pairs-shared|workers|all|mcp|aws-calls> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off] [--queued N] [--stream-clients N] [--stream-secs SECS] [--stream-rates R,R]"
     );
     std::process::exit(2)
 }
@@ -2469,6 +2571,11 @@ fn main() {
     if all || what == "workers" {
         wait_quiet(o.wait_idle);
         rows.extend(rt.block_on(bench_workers(&o)));
+        ran = true;
+    }
+    if what == "mcp" {
+        wait_quiet(o.wait_idle);
+        rows.extend(rt.block_on(bench_mcp(&o)));
         ran = true;
     }
     if what == "aws-calls" {
