@@ -12,9 +12,11 @@
 //! records a fill and replaces positions), the sweeper (a send, and an order refused
 //! under the kill switch), and the approval page (an admin's enrolment link, a passkey
 //! registered and signed in with, the pending list of every desk, an approval, on HTTP API
-//! events as its public API sends them). Orders are confirmed by token (a policy in the
-//! control record) but for the approved one, planned under the default policy. The
-//! `airlock` CLI runs its operator tour too (with `operators enroll|list|revoke`).
+//! events as its public API sends them), and the MCP endpoint (every tool, called as a
+//! 2026-07-28 client calls it: the reads, the three plans, executes with tokens). Orders
+//! are confirmed by token (a policy in the control record) but for the approved one,
+//! planned under the default policy. The `airlock` CLI runs its operator tour too (with
+//! `operators enroll|list|revoke`).
 //!
 //! Then it reads the roles from the template (inline policies, managed policies, key
 //! policies that name a role) and fails, listing every offending triple at once, when
@@ -531,6 +533,54 @@ impl<'w> Lambdas<'w> {
         body
     }
 
+    /// An MCP request to the mcp function on the private API, as a 2026-07-28 client sends
+    /// it (JSON-RPC over HTTP POST, the method and tool name in headers too, the protocol
+    /// version and capabilities in `_meta`): the JSON-RPC `result`.
+    fn mcp(&mut self, op: &Op, method: &str, mut params: Value) -> Value {
+        static ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": MCP_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let mut h = self.headers(op);
+        h.push(("Content-Type", "application/json".into()));
+        h.push(("Accept", "application/json, text/event-stream".into()));
+        h.push(("MCP-Protocol-Version", MCP_VERSION.into()));
+        h.push(("Mcp-Method", method.into()));
+        if method == "tools/call" {
+            let name = params["name"].as_str().expect("a tool name").to_string();
+            h.push(("Mcp-Name", name));
+        }
+        let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let req = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let text = req.to_string();
+        let ev = apigw_rest_event("POST", &format!("{BASE}/mcp"), &[], &hs, Some(&text));
+        let resp = self.invoke("mcp", ev);
+        let (status, body) = response_parts(&resp);
+        assert_eq!(status, 200, "MCP {req}: {body}");
+        assert_eq!(body["id"], id, "MCP {req}: {body}");
+        body.get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("MCP {req}: no result: {body}"))
+    }
+
+    /// `tools/call`: the tool's result (`structuredContent`, `isError`, ...).
+    fn tool(&mut self, op: &Op, name: &str, arguments: Value) -> Value {
+        self.mcp(
+            op,
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+    }
+
+    /// A tool call that succeeds: its structured content.
+    fn tool_ok(&mut self, op: &Op, name: &str, arguments: Value) -> Value {
+        let r = self.tool(op, name, arguments.clone());
+        assert_eq!(r["isError"], false, "{name} {arguments}: {r}");
+        r["structuredContent"].clone()
+    }
+
     /// A request to the approval page as its HTTP API (payload format 2.0, `$default`
     /// stage) delivers it to the approvals function, on the template's route for it: a
     /// browser's request with the session's cookie; a POST as the page's script sends it
@@ -906,6 +956,9 @@ struct Audited {
     plan_id: String,
 }
 
+/// The MCP revision the tour speaks (stateless: no session, no `initialize`).
+const MCP_VERSION: &str = "2026-07-28";
+
 /// The default policy but for orders, which are confirmed by the caller's token.
 const TOKEN_POLICY: &str =
     r#"{"version": "perm-token", "confirmation": {"order.submit.cl": "token"}}"#;
@@ -1167,6 +1220,9 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         "the sync removed the position the broker does not have"
     );
 
+    // The agent's tools over MCP (still under the token policy).
+    tour_mcp(w, l, &c1, action);
+
     // The rate limit: one operator's executes until it answers 429.
     let burst = trader("op-burst");
     let mut limited_at = None;
@@ -1385,6 +1441,240 @@ fn tour_approvals(l: &mut Lambdas, symbol: &str) {
     l.accepted(&approver, &p, "perm-approved");
 }
 
+/// The mcp function: every tool of the MCP endpoint, as a 2026-07-28 client calls them
+/// (`server/discover`, `tools/list`, then `tools/call`), by a head trader with every desk:
+/// the listings scan the accounts for the desks; a filter by account reads it; an action's
+/// status (with a wait, answered at once for a finished action, and an unknown one); the
+/// three plans (a sync and an order confirmed by token, so signed with the key; a limit
+/// order reads the reference price; a cancel reads the order); the sync and the order
+/// executed with their tokens (the snapshot, the atomic step, the send to each queue; the
+/// public key read to verify the tokens): the sync's send fails and its retried call
+/// resumes it (the lease taken, the action read, sent, the key and action marked sent), the
+/// order's retried call is a duplicate; an order planned under the default policy, whose
+/// retried execute_plan is held (reading the plan) until the operator approves it. Its
+/// orders and job then go through the workers. Runs under the token policy but for that
+/// plan.
+fn tour_mcp(w: &World, l: &mut Lambdas, symbol: &str, action_id: &str) {
+    let agent = Op {
+        sub: "op-mcp",
+        roles: &["head_trader"],
+        desks: None,
+        scope: SERVICE_SCOPE,
+    };
+    let found = l.mcp(&agent, "server/discover", json!({}));
+    assert!(found["capabilities"]["tools"].is_object(), "{found}");
+    let listed = l.mcp(&agent, "tools/list", json!({}));
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tools/list: {listed}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    let every: Vec<&str> = airlock::protocol::tools::catalog()
+        .iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, every, "a head trader sees every tool");
+
+    // Reads.
+    let accounts = l.tool_ok(&agent, "list_accounts", json!({}));
+    assert!(
+        accounts["accounts"].as_array().is_some_and(|a| a.len() > 1),
+        "{accounts}"
+    );
+    l.tool_ok(&agent, "list_positions", json!({ "account_id": "ACC-1" }));
+    l.tool_ok(&agent, "list_orders", json!({}));
+    l.tool_ok(&agent, "list_jobs", json!({}));
+    let status = l.tool_ok(
+        &agent,
+        "get_action",
+        json!({ "action_id": action_id, "wait": 2 }),
+    );
+    assert_eq!(status["action_id"], action_id, "{status}");
+    let missing = l.tool(&agent, "get_action", json!({ "action_id": "act-none" }));
+    assert_eq!(
+        (
+            missing["isError"].as_bool(),
+            missing["structuredContent"]["error"]["code"].as_str()
+        ),
+        (Some(true), Some("action_not_found")),
+        "{missing}"
+    );
+
+    // Plans: the sync and the order confirmed by token (signed), a cancel.
+    let sync = l.tool_ok(
+        &agent,
+        "plan_positions_sync",
+        json!({ "account_id": "ACC-1" }),
+    );
+    // A limit order (its band reads the paper broker's price table) that crosses the
+    // price set above: it fills.
+    let order_plan = l.tool_ok(
+        &agent,
+        "plan_cl_order",
+        order("ACC-1", symbol, 1, Some("68.00")),
+    );
+    for p in [&sync, &order_plan] {
+        assert_eq!(p["executable"], true, "{p}");
+        assert!(p["confirmation_token"].is_string(), "{p}");
+    }
+    l.tool_ok(
+        &agent,
+        "plan_cancel_order",
+        json!({ "account_id": "ACC-1", "order_id": "ORD-1003" }),
+    );
+
+    // Executes with the tokens. The sync is accepted while the queues are gone, so its
+    // send fails; the retried call (the same derived key) resumes it: the key's lease
+    // taken, the action read, sent, the key and the action marked sent. The order's
+    // retried call is a duplicate.
+    let execute = |p: &Value| {
+        let (id, token) = (&p["plan_id"], &p["confirmation_token"]);
+        json!({ "plan_id": id, "confirmation_token": token })
+    };
+    w.set_queues(false);
+    let unsent = l.tool(&agent, "execute_plan", execute(&sync));
+    assert_eq!(
+        (
+            unsent["isError"].as_bool(),
+            unsent["structuredContent"]["error"]["code"].as_str()
+        ),
+        (Some(true), Some("upstream_unavailable")),
+        "{unsent}"
+    );
+    w.set_queues(true);
+    let synced = l.tool_ok(&agent, "execute_plan", execute(&sync));
+    assert_eq!(synced["status"], "queued", "{synced}");
+    let queued = l.tool_ok(&agent, "execute_plan", execute(&order_plan));
+    assert_eq!(queued["status"], "queued", "{queued}");
+    let again = l.tool_ok(&agent, "execute_plan", execute(&order_plan));
+    assert_eq!(
+        (again["status"].as_str(), &again["action_id"]),
+        (Some("duplicate"), &queued["action_id"]),
+        "{again}"
+    );
+
+    // An order under the default policy waits for its operator's approval: execute_plan
+    // asks for it; the client's retry after the user opened the page is held, looking at
+    // the plan, while the operator approves it (written here, on the test's own handle, as
+    // the approval page would: its permissions are the approvals function's, toured above),
+    // then executed once.
+    w.cli(false, &[], &["policy", "reset"]);
+    let approved = l.tool_ok(&agent, "plan_cl_order", order("ACC-1", symbol, 1, None));
+    let token_mode = w.dir.join("token-policy.json");
+    w.cli(
+        false,
+        &[],
+        &["policy", "set", token_mode.to_str().expect("utf-8")],
+    );
+    let plan_id = approved["plan_id"].as_str().expect("plan id").to_string();
+    assert_eq!(approved["confirmation_token"], Value::Null, "{approved}");
+    let asked = l.tool(&agent, "execute_plan", json!({ "plan_id": plan_id }));
+    assert_eq!(
+        (
+            asked["isError"].as_bool(),
+            asked["structuredContent"]["error"]["code"].as_str()
+        ),
+        (Some(true), Some("approval_required")),
+        "{asked}"
+    );
+    let retry = json!({
+        "name": "execute_plan",
+        "arguments": { "plan_id": plan_id },
+        "inputResponses": { "approve": { "action": "accept" } },
+    });
+    let before = calls_so_far(&w.log);
+    let held = std::thread::scope(|scope| {
+        let approver = scope.spawn(|| approve_once_looked_at(w, &plan_id, before));
+        let held = l.mcp(&agent, "tools/call", retry);
+        assert!(
+            approver.join().expect("the approver"),
+            "the held call never looked at the plan: {held}"
+        );
+        held
+    });
+    assert_eq!(held["isError"], false, "{held}");
+    assert_eq!(held["structuredContent"]["status"], "queued", "{held}");
+
+    // The orders fill, then the sync runs.
+    assert_eq!(l.drain(shapes::ORDERS_QUEUE.logical_id, "worker-orders"), 2);
+    assert_eq!(w.order_status(&order_id(&queued)), OrderStatus::Filled);
+    assert_eq!(
+        w.order_status(&order_id(&held["structuredContent"])),
+        OrderStatus::Filled
+    );
+    assert_eq!(l.drain(shapes::JOBS_QUEUE.logical_id, "worker-jobs"), 1);
+}
+
+/// Approves `plan_id` as its page would, once the mcp function has read the plan (a line
+/// of the call log after the first `skip`), so the held call sees it waiting first. `false`
+/// when the call never looked within 15 s.
+fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
+    let plans = prefixed("airlock-plans");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(&w.log).unwrap_or_default();
+        let looked = text.lines().skip(skip).any(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_default();
+            v["function"] == "mcp" && v["action"] == "dynamodb:GetItem" && v["resource"] == plans
+        });
+        if looked {
+            break;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let plan = w
+        .block(w.ports.plans.get_plan(plan_id))
+        .expect("get plan")
+        .expect("the plan");
+    let now = w.clock.now_s() * 1000;
+    let approval = airlock::records::Approval {
+        decision: airlock::records::ApprovalDecision::Approved,
+        approver: APPROVER.into(),
+        credential_id: "perm-mcp-passkey".into(),
+        user_verified: true,
+        payload_hash: plan.payload_hash.clone(),
+        at: now,
+    };
+    let audit = airlock::records::AuditRecord {
+        audit_id: format!("aud-perm-mcp-{now}"),
+        at: now,
+        event: "approval".into(),
+        decision: "approved".into(),
+        reason_code: None,
+        reason: None,
+        action_type: Some(plan.action_type),
+        plan_id: Some(plan.plan_id.clone()),
+        action_id: None,
+        idempotency_key: None,
+        operator_id: plan.requested_by.clone(),
+        service_principal: plan.service_principal.clone(),
+        payload_hash: Some(plan.payload_hash.clone()),
+        risk_checks: Vec::new(),
+        order_id: None,
+        job_id: None,
+        chat_session_id: None,
+        tool_call_id: None,
+        request_id: "perm-mcp".into(),
+        policy_version: None,
+        approver: Some(APPROVER.into()),
+        credential_id: Some(approval.credential_id.clone()),
+        user_verified: Some(true),
+    };
+    let recorded = w
+        .block(
+            w.ports
+                .plans
+                .record_approval(plan_id, &approval, None, &audit, now),
+        )
+        .expect("record the approval");
+    assert!(recorded, "the plan could not be approved");
+    true
+}
+
 /// What an operator does with `airlock --backend aws` (docs/cli-iam-policy.json): find the
 /// stack, the kill switch (engaged and released in the tour above), rollout modes, the
 /// policy (set, shown and reset above), queue depths, audit trails of a plan and an action.
@@ -1475,8 +1765,8 @@ struct Grant {
 struct Denial {
     action: String,
     resource: String,
-    /// The statement does not apply to this role (`StringNotEquals aws:PrincipalArn`).
-    unless_role: Option<String>,
+    /// The statement does not apply to these roles (`StringNotEquals aws:PrincipalArn`).
+    unless_roles: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -1572,7 +1862,7 @@ impl Resolver<'_> {
     /// A statement's grants (or denials), with the conditions this proof understands:
     /// `StringEquals kms:RequestAlias` on an Allow (the grant holds when the code names the
     /// key by that alias), `StringNotEquals aws:PrincipalArn` on a Deny (every principal but
-    /// that role). Any other condition is reported, not guessed at.
+    /// that role, or those roles). Any other condition is reported, not guessed at.
     fn statement(
         &self,
         st: &StatementDef,
@@ -1602,7 +1892,7 @@ impl Resolver<'_> {
             (inner.len() == 1).then(|| inner.get(var)).flatten()
         };
         let allow = st.effect == "Allow";
-        let mut unless_role = None;
+        let mut unless_roles = Vec::new();
         if st.condition.is_some() {
             if let (true, Some(alias)) = (allow, only("StringEquals", "kms:RequestAlias")) {
                 let aliases: Vec<String> = match alias {
@@ -1621,9 +1911,18 @@ impl Resolver<'_> {
                     .collect();
             } else if let (false, Some(role)) = (allow, only("StringNotEquals", "aws:PrincipalArn"))
             {
-                unless_role = template::referenced_id(role);
-                if unless_role.is_none() {
-                    problems.push(format!("{from}: aws:PrincipalArn must be !GetAtt Role.Arn"));
+                // One role, or a list of them (the principal matches none of the values).
+                let listed: Vec<&serde_yaml::Value> = match role {
+                    serde_yaml::Value::Sequence(s) => s.iter().collect(),
+                    one => vec![one],
+                };
+                let ids: Option<Vec<String>> =
+                    listed.into_iter().map(template::referenced_id).collect();
+                match ids {
+                    Some(ids) if !ids.is_empty() => unless_roles = ids,
+                    _ => problems.push(format!(
+                        "{from}: aws:PrincipalArn must be !GetAtt Role.Arn, or a list of them"
+                    )),
                 }
             } else {
                 problems.push(format!(
@@ -1646,7 +1945,7 @@ impl Resolver<'_> {
                     p.denials.push(Denial {
                         action: a.clone(),
                         resource: r.clone(),
-                        unless_role: unless_role.clone(),
+                        unless_roles: unless_roles.clone(),
                     });
                 }
             }
@@ -1722,7 +2021,7 @@ impl Principal {
         let denied = self.denials.iter().any(|d| {
             action_matches(&d.action, action)
                 && glob(&d.resource, resource)
-                && d.unless_role.as_deref() != Some(self.name.as_str())
+                && !d.unless_roles.iter().any(|r| r == &self.name)
         });
         // A KMS action needs the key policy's say: its own grant, or its delegation to IAM.
         let kms_ok = |g: &Grant| {

@@ -1197,7 +1197,10 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
 /// `plan_cl_order` and `execute_plan` over MCP (2026-07-28 wire form), then the same plan
 /// and execute over REST. One client, so the figures are latencies, not throughput.
 async fn bench_mcp(o: &Opts) -> Vec<Row> {
-    eprintln!("== mcp: tool-call latency vs REST, 1 client, {:.0} s", o.duration.as_secs_f64());
+    eprintln!(
+        "== mcp: tool-call latency vs REST, 1 client, {:.0} s",
+        o.duration.as_secs_f64()
+    );
     let env = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
@@ -1225,7 +1228,10 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2026-07-28")
             .header("mcp-method", method.to_string())
-            .body(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string());
+            .body(
+                json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+                    .to_string(),
+            );
         if let Some(n) = name {
             rq = rq.header("mcp-name", n.to_string());
         }
@@ -1244,9 +1250,18 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(e) => e.to_string(),
         };
-        (t.elapsed(), serde_json::from_str(&body).unwrap_or(Value::Null))
+        (
+            t.elapsed(),
+            serde_json::from_str(&body).unwrap_or(Value::Null),
+        )
     }
-    let names = ["MCP tools/list", "MCP plan_cl_order", "MCP execute_plan", "REST plan", "REST execute"];
+    let names = [
+        "MCP tools/list",
+        "MCP plan_cl_order",
+        "MCP execute_plan",
+        "REST plan",
+        "REST execute",
+    ];
     let mut lat = vec![Lat::default(); names.len()];
     let mut errors = 0u64;
     let begin = Instant::now() + o.warmup;
@@ -1255,15 +1270,34 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
     while Instant::now() < end {
         round += 1;
         let measured = Instant::now() >= begin;
-        let side = if round % 2 == 0 { "buy" } else { "sell" };
+        let side = if round.is_multiple_of(2) {
+            "buy"
+        } else {
+            "sell"
+        };
         let mut args = order.clone();
         args["side"] = json!(side);
         let (d0, r0) = timed(mcp("tools/list", None, json!({}))).await;
-        let (d1, r1) = timed(mcp("tools/call", Some("plan_cl_order"), json!({ "name": "plan_cl_order", "arguments": args }))).await;
+        let (d1, r1) = timed(mcp(
+            "tools/call",
+            Some("plan_cl_order"),
+            json!({ "name": "plan_cl_order", "arguments": args }),
+        ))
+        .await;
         let p = &r1["result"]["structuredContent"];
-        let exec = json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] });
-        let (d2, r2) = timed(mcp("tools/call", Some("execute_plan"), json!({ "name": "execute_plan", "arguments": exec }))).await;
-        let (d3, r3) = timed(rest("/actions/plan", json!({ "action_type": "order.submit.cl", "payload": args, "requested_by": TRADER }))).await;
+        let exec =
+            json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] });
+        let (d2, r2) = timed(mcp(
+            "tools/call",
+            Some("execute_plan"),
+            json!({ "name": "execute_plan", "arguments": exec }),
+        ))
+        .await;
+        let (d3, r3) = timed(rest(
+            "/actions/plan",
+            json!({ "action_type": "order.submit.cl", "payload": args, "requested_by": TRADER }),
+        ))
+        .await;
         let key = format!("bench-mcp-rest-{round}");
         let (d4, r4) = timed(rest("/actions/execute", json!({ "plan_id": r3["plan_id"], "confirmation_token": r3["confirmation_token"], "idempotency_key": key, "requested_by": TRADER }))).await;
         let ok = r0["result"]["tools"].is_array()
@@ -1286,10 +1320,22 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
         rows.push(info(
             "mcp",
             &format!("{n}: p50 / p95 / p99"),
-            format!("{:.2} / {:.2} / {:.2} ms ({} calls)", l.pct(50.0), l.pct(95.0), l.pct(99.0), l.0.len()),
+            format!(
+                "{:.2} / {:.2} / {:.2} ms ({} calls)",
+                l.pct(50.0),
+                l.pct(95.0),
+                l.pct(99.0),
+                l.0.len()
+            ),
         ));
     }
-    rows.push(row("mcp", "rounds with an error", errors.to_string(), "0", Some(errors == 0)));
+    rows.push(row(
+        "mcp",
+        "rounds with an error",
+        errors.to_string(),
+        "0",
+        Some(errors == 0),
+    ));
     rows
 }
 

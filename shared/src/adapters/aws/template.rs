@@ -1230,6 +1230,20 @@ mod tests {
                 crate::handlers::action_status::MAX_WAIT_S
             ));
         }
+        // An `execute_plan` held for an operator's approval: the first execute, the hold,
+        // its last look and the final execute stalling, before the function's timeout.
+        let mcp = t
+            .functions
+            .iter()
+            .find(|f| f.binary.as_deref() == Some("mcp"))
+            .expect("the mcp function");
+        let need_ms = crate::handlers::mcp::APPROVAL_HOLD.as_millis() as u64
+            + 3 * limits.operation_timeout_ms;
+        if need_ms >= u64::from(mcp.timeout_s.unwrap_or(3)) * 1000 {
+            problems.push(format!(
+                "McpFunction: a held approval needs more than {need_ms} ms"
+            ));
+        }
         assert_eq!(problems, Vec::<String>::new());
         // And the check can fail: a 2 s function would not hold them.
         assert!(limits.operation_timeout_ms * super::super::MAX_SEQUENTIAL_CALLS >= 2_000);
@@ -1270,10 +1284,11 @@ mod tests {
     }
 
     /// The IAM side as the permission proof (`tests/tests/permissions.rs`) reads it: every
-    /// function runs as a role of its own that writes its own log group, and only the plan
-    /// function's role may sign.
+    /// function runs as a role of its own that writes its own log group, and only the roles
+    /// of the functions that plan (the plan endpoint, and the MCP endpoint's plan tools) may
+    /// sign.
     #[test]
-    fn every_function_has_its_own_role_and_only_plan_signs() {
+    fn every_function_has_its_own_role_and_only_the_planners_sign() {
         let t = tpl();
         let mut roles = BTreeSet::new();
         for f in &t.functions {
@@ -1304,12 +1319,18 @@ mod tests {
             });
             assert!(writes_it, "{role} must write {group}");
         }
-        let plan = t
-            .functions
+        let planners: Vec<_> = ["plan", "mcp"]
             .iter()
-            .find(|f| f.binary.as_deref() == Some("plan"))
-            .and_then(|f| f.role.clone())
-            .expect("the plan function's role");
+            .map(|bin| {
+                let role = t
+                    .functions
+                    .iter()
+                    .find(|f| f.binary.as_deref() == Some(*bin))
+                    .and_then(|f| f.role.clone())
+                    .unwrap_or_else(|| panic!("the {bin} function's role"));
+                Some(PrincipalDef::Role(role))
+            })
+            .collect();
         for k in &t.keys {
             let signers: Vec<_> = k
                 .policy
@@ -1317,12 +1338,7 @@ mod tests {
                 .filter(|s| s.effect == "Allow" && s.actions.iter().any(|a| a == "kms:Sign"))
                 .map(|s| s.principal.clone())
                 .collect();
-            assert_eq!(
-                signers,
-                vec![Some(PrincipalDef::Role(plan.clone()))],
-                "{}",
-                k.logical_id
-            );
+            assert_eq!(signers, planners, "{}", k.logical_id);
         }
     }
 
