@@ -455,3 +455,21 @@ async fn a_stale_unsent_index_does_not_make_the_sweeper_send_twice() {
     assert_eq!(resent(&s), 1, "sent again from a stale index row");
     assert_eq!(s.queued_messages(), 1);
 }
+
+/// `airlock bootstrap` whose `CreateTable` reply is lost: the SDK sends it again, DynamoDB
+/// answers that the table exists (it was created), and the bootstrap carries on from there
+/// instead of failing.
+#[tokio::test]
+async fn a_bootstrap_whose_create_table_reply_was_lost_carries_on() {
+    let stack = Stack::new(Backend::Aws);
+    let proxy = FaultProxy::start(&stack.emulator_endpoint().expect("emulator"));
+    proxy.on("CreateTable", Fault::DropReply, Some(1));
+    let out = stack.cli(
+        &[("AWS_ENDPOINT_URL", proxy.endpoint.as_str())],
+        &["bootstrap"],
+    );
+    assert!(!out.is_empty(), "bootstrap reported nothing");
+    // Every table is there, once: a second bootstrap has nothing to create.
+    let again = stack.cli(&[], &["bootstrap"]);
+    assert!(!again.contains("created"), "{again}");
+}

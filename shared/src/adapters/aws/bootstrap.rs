@@ -308,10 +308,18 @@ async fn create_table(
     for ix in &t.indexes {
         req = req.global_secondary_indexes(index(ix)?);
     }
-    req.send()
-        .await
-        .map_err(|e| format!("CreateTable {name}: {}", aws_error(&e)))?;
-    Ok(())
+    match req.send().await {
+        Ok(_) => Ok(()),
+        // Created meanwhile: by another bootstrap, or by this one when a slow reply made the
+        // SDK retry the call. The loop reads the table again and carries on from there.
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| se.is_resource_in_use_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(format!("CreateTable {name}: {}", aws_error(&e))),
+    }
 }
 
 async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, String> {
