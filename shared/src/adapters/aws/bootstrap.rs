@@ -438,12 +438,25 @@ async fn create_key(
         .key_metadata()
         .map(|m| m.key_id().to_string())
         .ok_or("CreateKey returned no key id")?;
-    kms.create_alias()
+    match kms
+        .create_alias()
         .alias_name(&alias)
         .target_key_id(&id)
         .send()
         .await
-        .map_err(|e| format!("CreateAlias: {}", aws_error(&e)))?;
+    {
+        Ok(_) => {}
+        // Made meanwhile (a retried call whose first reply was lost, or another bootstrap):
+        // the alias exists, which is what this step is for.
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| se.is_already_exists_exception()) =>
+        {
+            report.push(format!("key {alias}: exists (alias made meanwhile)"));
+            return Ok(());
+        }
+        Err(e) => return Err(format!("CreateAlias: {}", aws_error(&e))),
+    }
     report.push(format!("key {alias} ({id}): created"));
     Ok(())
 }
