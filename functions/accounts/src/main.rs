@@ -8,6 +8,8 @@ use airlock::{app, handlers, http, telemetry};
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
     let state = app::from_env().await?;
-    let routes = handlers::accounts::routes().merge(handlers::health::routes());
+    let routes = handlers::accounts::routes()
+        .merge(handlers::health::routes())
+        .merge(handlers::openapi::routes());
     lambda_http::run(http::app(routes, state)).await
 }

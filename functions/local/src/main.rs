@@ -102,6 +102,9 @@ enum Command {
     },
     /// Print the confirmation-token public key (PEM) and its key id.
     ConfirmationKey,
+    /// Print the API's OpenAPI 3.1 document (what `GET /openapi.json` serves, and
+    /// docs/openapi.json).
+    Openapi,
     /// Operators who approve plans with passkeys: `enroll` prints a one-time link that
     /// registers a passkey; `list` shows them; `revoke` forgets their passkeys.
     Operators {
@@ -165,6 +168,10 @@ fn main() -> std::process::ExitCode {
             }
             Command::Policy { action, file } => commands::policy(cfg, backend, &action, file).await,
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
+            Command::Openapi => {
+                print!("{}", airlock::handlers::openapi::text());
+                Ok(())
+            }
             Command::Operators { action } => commands::operators(cfg, backend, action).await,
             Command::Bootstrap { demo_data } => commands::bootstrap(cfg, demo_data).await,
             Command::SeedOrders { n } => commands::seed_orders(cfg, backend, n).await,

@@ -193,8 +193,7 @@ impl<'de> Deserialize<'de> for Quantity {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = serde_json::Value::deserialize(d)?;
         let n = match &v {
-            serde_json::Value::Number(n) => n
-                .as_i64()
+            serde_json::Value::Number(n) => whole_number(n)
                 .ok_or_else(|| serde::de::Error::custom("quantity must be a whole number"))?,
             _ => {
                 return Err(serde::de::Error::custom(
@@ -203,6 +202,26 @@ impl<'de> Deserialize<'de> for Quantity {
             }
         };
         Quantity::new(n).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A JSON number that is a whole number, as JSON Schema's `integer` counts them: `2` and
+/// `2.0` alike (a client's JSON library may print either).
+pub fn whole_number(n: &serde_json::Number) -> Option<i64> {
+    n.as_i64().or_else(|| {
+        let x = n.as_f64()?;
+        (x.is_finite() && x.fract() == 0.0 && x.abs() < 9.0e15).then_some(x as i64)
+    })
+}
+
+/// Deserializes an optional whole number of seconds or items (`2` or `2.0`).
+pub fn optional_whole_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    match Option::<serde_json::Number>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => whole_number(&n)
+            .and_then(|v| u32::try_from(v).ok())
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom("must be a whole number")),
     }
 }
 
@@ -222,6 +241,7 @@ impl Price {
     pub fn on_tick(self, tick: Decimal) -> bool {
         !tick.is_zero() && (self.0 % tick).is_zero()
     }
+    /// Decimal text as Airlock prints and stores it (any `Decimal`, up to 32 characters).
     pub fn parse(s: &str) -> Result<Self, String> {
         let t = s.trim();
         if t.is_empty()
@@ -236,7 +256,55 @@ impl Price {
             .map(Price::new)
             .map_err(|_| "price must be a decimal number such as \"68.45\"".into())
     }
+
+    /// A price as a client sends it in text: an optional sign, 1 to 12 digits, and
+    /// optionally `.` and 1 to 16 more (or `.` and 1 to 16 digits alone); nothing else, not
+    /// even spaces. The same grammar as the published schema ([`PRICE_TEXT_PATTERN`]).
+    pub fn parse_input(s: &str) -> Result<Self, String> {
+        let bad = || "price must be a decimal number such as \"68.45\"".to_string();
+        let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
+        let (int, frac) = match unsigned.split_once('.') {
+            Some((i, f)) => (i, Some(f)),
+            None => (unsigned, None),
+        };
+        let digits = |t: &str, max: usize| t.len() <= max && t.bytes().all(|b| b.is_ascii_digit());
+        let ok = digits(int, 12)
+            && match frac {
+                None => !int.is_empty(),
+                Some(f) => !f.is_empty() && digits(f, 16),
+            };
+        if !ok {
+            return Err(bad());
+        }
+        Decimal::from_str(s).map(Price::new).map_err(|_| bad())
+    }
+
+    /// A price sent as a JSON number: finite, 0 or of magnitude 1e-11 to 1e12 (the range the
+    /// schema publishes), read exactly from its shortest decimal text.
+    fn from_json_number(n: &serde_json::Number) -> Result<Self, String> {
+        let bad = || {
+            format!("a price given as a number must be 0 or of magnitude {MIN_PRICE_NUMBER:e} to {MAX_PRICE_NUMBER:e}")
+        };
+        let x = n.as_f64().ok_or_else(bad)?;
+        if !(x == 0.0 || (MIN_PRICE_NUMBER..=MAX_PRICE_NUMBER).contains(&x.abs())) {
+            return Err(bad());
+        }
+        let text = n.to_string();
+        let d = if text.contains(['e', 'E']) {
+            Decimal::from_scientific(&text)
+        } else {
+            Decimal::from_str(&text)
+        };
+        d.map(Price::new).map_err(|_| bad())
+    }
 }
+
+/// The grammar of a price sent as text (see [`Price::parse`]).
+pub const PRICE_TEXT_PATTERN: &str = "^[+-]?(?:[0-9]{1,12}(?:\\.[0-9]{1,16})?|\\.[0-9]{1,16})$";
+/// The smallest magnitude of a nonzero price sent as a JSON number.
+pub const MIN_PRICE_NUMBER: f64 = 1e-11;
+/// The largest magnitude of a price sent as a JSON number.
+pub const MAX_PRICE_NUMBER: f64 = 1e12;
 
 impl fmt::Display for Price {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -258,18 +326,32 @@ impl Serialize for Price {
     }
 }
 
+/// A stored price (any decimal Airlock printed). Client input goes through
+/// [`optional_input_price`], which holds it to the published grammar.
 impl<'de> Deserialize<'de> for Price {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = serde_json::Value::deserialize(d)?;
         match v {
-            // `{}` prints the shortest text that reads back as the same f64, which is the
-            // text the caller wrote for any price with fewer than 16 significant digits.
-            serde_json::Value::Number(n) => Price::parse(&n.to_string()),
+            serde_json::Value::Number(n) => Price::from_json_number(&n),
             serde_json::Value::String(s) => Price::parse(&s),
             _ => Err("price must be a JSON number or a decimal string".into()),
         }
         .map_err(serde::de::Error::custom)
     }
+}
+
+/// An optional price in a client's request: a JSON number in the published range, or text
+/// in the published grammar ([`Price::parse_input`]); `null` or absent is `None`.
+pub fn optional_input_price<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Price>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None => Ok(None),
+        Some(serde_json::Value::Number(n)) => Price::from_json_number(&n).map(Some),
+        Some(serde_json::Value::String(s)) => Price::parse_input(&s).map(Some),
+        Some(_) => Err("price must be a JSON number or a decimal string".into()),
+    }
+    .map_err(serde::de::Error::custom)
 }
 
 /// Client-chosen idempotency key: 1..255 printable ASCII characters.
@@ -590,13 +672,15 @@ fn default_tif() -> TimeInForce {
 #[serde(deny_unknown_fields)]
 pub struct OrderSubmitCl {
     pub account_id: Ident,
+    /// The CL contract, e.g. `CLF27`. An unknown one is a failed `symbol_valid` check.
+    #[schemars(length(max = 32), regex(pattern = crate::protocol::PRINTABLE_PATTERN))]
     pub symbol: String,
     pub side: Side,
     pub quantity: Quantity,
     pub order_type: OrderType,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_input_price")]
     pub limit_price: Option<Price>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_input_price")]
     pub stop_price: Option<Price>,
     #[serde(default = "default_tif")]
     pub time_in_force: TimeInForce,
@@ -649,15 +733,28 @@ mod schemas {
         }
     }
 
+    /// Inlined, so that each use takes the generator's side: what a request may send, or
+    /// what a response prints (always a decimal string with at least two decimals).
     impl JsonSchema for super::Price {
         fn schema_name() -> Cow<'static, str> {
             "Price".into()
         }
-        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        fn inline_schema() -> bool {
+            true
+        }
+        fn json_schema(g: &mut SchemaGenerator) -> Schema {
+            if *g.contract() == schemars::generate::Contract::Serialize {
+                return json_schema!({
+                    "type": "string", "pattern": "^-?[0-9]+\\.[0-9]{2,}$",
+                    "description": "A decimal price in USD per barrel, as a string with at least two decimals"
+                });
+            }
             json_schema!({
                 "anyOf": [
-                    { "type": "string", "maxLength": 32, "pattern": "^[+-]?[0-9]*\\.?[0-9]+$" },
-                    { "type": "number" }
+                    { "type": "string", "pattern": super::PRICE_TEXT_PATTERN },
+                    { "const": 0 },
+                    { "type": "number", "minimum": super::MIN_PRICE_NUMBER, "maximum": super::MAX_PRICE_NUMBER },
+                    { "type": "number", "minimum": -super::MAX_PRICE_NUMBER, "maximum": -super::MIN_PRICE_NUMBER }
                 ],
                 "description": "A decimal price in USD per barrel: a string (\"68.45\") or a number on input, always a string on output; may be negative"
             })

@@ -5,13 +5,14 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
 
 use crate::app::AppState;
-use crate::error::ApiError;
+use crate::domain::Ident;
+use crate::error::{ApiError, Code};
 use crate::http::api;
 use crate::http::extract::{Authed, PathId, Query};
+use crate::http::openapi::{schema, Api, Op};
 use crate::protocol::views::ActionView;
 
 /// The longest `wait`, seconds: inside API Gateway's 29 s and the function's timeout.
@@ -31,8 +32,24 @@ pub fn wait_seconds(v: Option<&str>) -> Result<u64, ApiError> {
     }
 }
 
+pub fn api_doc() -> Api {
+    Api::new().route(
+        Op::get(api("/actions/{action_id}"), "getAction")
+            .tag("actions")
+            .summary(
+                "An executed action's status",
+                "The status of an executed action as the workers report it (queued, processing, succeeded, failed). With `wait`, answers as soon as the status changes, or when the wait ends.",
+            )
+            .path_param("action_id", schema::<Ident>, "The `action_id` an execute returned.")
+            .query("wait", |_| schemars::json_schema!({"type": "integer", "minimum": 0, "maximum": MAX_WAIT_S, "default": 0}), "Seconds to wait for a change of status, 0 to 20.")
+            .errors(&[Code::ActionNotFound])
+            .answers(200, "The action.", schema::<ActionView<'static>>),
+        handler,
+    )
+}
+
 pub fn routes() -> Router<AppState> {
-    Router::new().route(&api("/actions/{action_id}"), get(handler))
+    api_doc().into_router()
 }
 
 async fn handler(

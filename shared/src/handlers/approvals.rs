@@ -21,10 +21,36 @@ use crate::error::{ApiError, Code};
 use crate::http::api;
 use crate::http::extract::{Authed, JsonBody, PathId, Query};
 use crate::http::observe::current_request_id;
+use crate::http::openapi::{schema, Api, Op};
+use crate::protocol::approvals::EnrolmentLink;
 use crate::protocol::approvals::{SignedIn, DEFAULT_ENROLMENT_TTL_S, SESSION_COOKIE};
 use crate::records::ApprovalDecision;
 
+/// The admin API (in the document) and the approval pages (for browsers, not in it).
+pub fn api_doc() -> Api {
+    Api::new()
+        .route(
+            Op::post(api("/operators/enrolments"), "createEnrolment")
+                .tag("operators")
+                .summary(
+                    "Create an operator's enrolment link",
+                    "Admins only: `trade.admin` on the service token and an admin role on the operator token (Mastra is never given it). Creates or updates the operator and returns a one-time link that registers one passkey.",
+                )
+                .body(
+                    schema::<EnrolmentRequest>,
+                    vec![("trader", serde_json::json!({"sub": "op-new-trader", "roles": ["trader"], "desks": ["energy"], "ttl_seconds": 86400}))],
+                )
+                .answers(201, "The one-time enrolment link.", schema::<EnrolmentLink>),
+            create_enrolment,
+        )
+        .pages(pages_router())
+}
+
 pub fn routes() -> Router<AppState> {
+    api_doc().into_router()
+}
+
+fn pages_router() -> Router<AppState> {
     Router::new()
         .route("/approvals", get(pending_page))
         .route("/approvals/", get(pending_page))
@@ -39,7 +65,6 @@ pub fn routes() -> Router<AppState> {
         .route("/approvals/plans/{plan_id}", get(plan_page))
         .route("/approvals/plans/{plan_id}/start", post(decision_start))
         .route("/approvals/plans/{plan_id}/finish", post(decision_finish))
-        .route(&api("/operators/enrolments"), post(create_enrolment))
 }
 
 // ---- Sessions and forgery checks ---------------------------------------------------------
@@ -319,15 +344,23 @@ async fn decision_finish(
 
 // ---- Admin API ---------------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EnrolmentRequest {
+    /// The operator id (their tokens' `sub`).
+    #[schemars(length(min = 1, max = 256), regex(pattern = crate::protocol::PRINTABLE_PATTERN))]
     sub: String,
+    /// Role names (default `["trader"]`).
     #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 128)))]
     roles: Option<Vec<String>>,
+    /// Desks the operator works on (default none; `*` for all).
     #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 128)))]
     desks: Option<Vec<String>>,
-    #[serde(default)]
+    /// How long the link works, 60 s to 7 days (default 1 day).
+    #[serde(default, deserialize_with = "crate::domain::optional_whole_u32")]
+    #[schemars(range(min = 60, max = crate::protocol::approvals::MAX_ENROLMENT_TTL_S))]
     ttl_seconds: Option<u32>,
 }
 

@@ -3,18 +3,93 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use axum::{Json, Router};
+use serde_json::json;
 
 use crate::app::AppState;
-use crate::error::ApiError;
+use crate::domain::IdempotencyKey;
+use crate::error::{ApiError, Code};
 use crate::http::api;
 use crate::http::extract::{check_ident, Authed, JsonBody, Query};
 use crate::http::observe::current_request_id;
+use crate::http::openapi::{schema, Api, Op};
 use crate::protocol::execute::{ExecuteOutcome, ExecuteRequest, RequestFacts};
 
+pub fn api_doc() -> Api {
+    let accepted = json!({
+        "action_id": "act_01kaq8n0c3d5f7h9j1k3m5",
+        "status": "queued",
+        "queue_target": "orders",
+        "resource_refs": {"account_id": "ACC-1", "order_id": "ord_01kaq8n0c3d5f7h9j1k3m6"},
+        "plan_id": "pln_01kaq8m4x1a7c2e9f0g3h5"
+    });
+    let action = || {
+        json!({
+            "GetTheAction": {
+                "operationId": "getAction",
+                "description": "Follow the action the workers carry out.",
+                "parameters": {"action_id": "$response.body#/action_id"}
+            }
+        })
+    };
+    let mut replay = action();
+    replay["ReplayTheExecute"] = json!({
+        "operationId": "executePlan",
+        "description": "The same request again (a retry): answers 200 with the same action.",
+        "requestBody": {
+            "plan_id": "$request.body#/plan_id",
+            "confirmation_token": "$request.body#/confirmation_token",
+            "idempotency_key": "$request.body#/idempotency_key",
+            "requested_by": "$request.body#/requested_by"
+        }
+    });
+    Api::new().route(
+        Op::post(api("/actions/execute"), "executePlan")
+            .tag("actions")
+            .summary(
+                "Execute a confirmed plan",
+                "Queues a planned action for the workers, once: the plan id, its confirmation (the token, or the operator's approval on the approval page) and an idempotency key. A retry with the same key answers 200 with the same action; every rejection carries `status: rejected`.",
+            )
+            .header("Idempotency-Key", schema::<IdempotencyKey>, "The idempotency key, if sent as a header too: it must equal the body's `idempotency_key`.")
+            .body(
+                schema::<ExecuteRequest>,
+                vec![("token", json!({
+                    "plan_id": "pln_01kaq8m4x1a7c2e9f0g3h5",
+                    "confirmation_token": "eyJhbGciOiJFUzI1NiIsImtpZCI6ImFpcmxvY2stMSJ9.eyJwbGFuX2lkIjoicGxuXzAxIn0.c2lnbmF0dXJl",
+                    "idempotency_key": "chat-42:call-8",
+                    "requested_by": "op-energy-trader",
+                    "chat_context": {"chat_session_id": "chat-42", "tool_call_id": "call-8"}
+                }))],
+            )
+            .errors(&[
+                Code::OperatorMismatch,
+                Code::KillSwitchEngaged,
+                Code::ActionDisabled,
+                Code::PlanNotFound,
+                Code::PlanAlreadyExecuted,
+                Code::IdempotencyKeyInFlight,
+                Code::ApprovalRequired,
+                Code::TokenInvalid,
+                Code::TokenExpired,
+                Code::PlanExpired,
+                Code::PlanNotExecutable,
+                Code::IdempotencyKeyReused,
+                Code::PolicyViolation,
+                Code::PlanDeclined,
+                Code::RateLimited,
+            ])
+            .answers(202, "Queued: the workers carry out the action.", schema::<crate::protocol::execute::Accepted>)
+            .example(accepted.clone())
+            .links(replay)
+            .answers(200, "A retry with the same idempotency key: the action it queued the first time.", schema::<crate::protocol::execute::Accepted>)
+            .example(accepted)
+            .links(action()),
+        handler,
+    )
+}
+
 pub fn routes() -> Router<AppState> {
-    Router::new().route(&api("/actions/execute"), post(handler))
+    api_doc().into_router()
 }
 
 async fn handler(

@@ -1,18 +1,35 @@
 //! `GET /health`: no auth; says the process is up.
 
-use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 
 use crate::app::AppState;
+use crate::http::openapi::{schema, Api, Op};
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/health", get(health))
+pub fn api_doc() -> Api {
+    Api::new().route(
+        Op::get("/health".into(), "health")
+            .tag("service")
+            .summary(
+                "Is the process up",
+                "No tokens needed. Says nothing about the stores.",
+            )
+            .public()
+            .answers(200, "Up.", schema::<Health>),
+        health,
+    )
 }
 
-#[derive(Serialize)]
+pub fn routes() -> Router<AppState> {
+    api_doc().into_router()
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 struct Health {
+    #[schemars(extend("const" = "ok"))]
     status: &'static str,
+    #[schemars(extend("const" = "airlock"))]
     service: &'static str,
     version: &'static str,
 }

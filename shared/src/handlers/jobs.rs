@@ -2,17 +2,44 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::get;
 use axum::Router;
 
 use crate::app::AppState;
+use crate::domain::{JobKind, JobStatus};
 use crate::error::ApiError;
 use crate::http::api;
 use crate::http::extract::{Authed, Query};
+use crate::http::openapi::{schema, Api, Op};
 use crate::ports::JobFilter;
+use crate::protocol::views::JobView;
+
+pub fn api_doc() -> Api {
+    Api::new().route(
+        Op::get(api("/jobs"), "listJobs")
+            .tag("reads")
+            .summary(
+                "Jobs of the operator's desks",
+                "Jobs (positions syncs) newest first, with their results or errors, optionally by kind and status.",
+            )
+            .query("kind", schema::<JobKind>, "Only jobs of this kind.")
+            .query("status", schema::<JobStatus>, "Only jobs in this status.")
+            .paged()
+            .answers(200, "One page of jobs, newest first.", schema::<JobPage>),
+        handler,
+    )
+}
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route(&api("/jobs"), get(handler))
+    api_doc().into_router()
+}
+
+#[allow(dead_code)]
+#[derive(schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct JobPage {
+    jobs: Vec<JobView<'static>>,
+    /// The cursor of the next page; `null` on the last page.
+    next_cursor: Option<String>,
 }
 
 async fn handler(

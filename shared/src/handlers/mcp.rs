@@ -32,6 +32,7 @@ use crate::auth::Caller;
 use crate::http::api;
 use crate::http::extract::Authed;
 use crate::http::observe::current_request_id;
+use crate::http::openapi::{Api, Op};
 use crate::protocol::tools::{self, ToolFacts, ToolOutcome};
 
 /// The path, under the base path.
@@ -57,11 +58,37 @@ pub struct McpServer {
 /// The routes: `POST /mcp` (and `GET`/`DELETE`, which MCP answers 405 on a stateless
 /// server). `local`: `airlock serve` on loopback checks the `Host` header against DNS
 /// rebinding; a Lambda behind API Gateway is reached by its API's host names.
-pub fn routes(local: bool) -> Router<AppState> {
-    Router::new().route(
-        &api(PATH),
+pub fn api_doc(local: bool) -> Api {
+    Api::new().route_with(
+        Op::post(api(PATH), "mcp")
+            .tag("mcp")
+            .summary(
+                "The MCP endpoint (Streamable HTTP)",
+                "Every Airlock tool through one Model Context Protocol endpoint: JSON-RPC 2.0 messages, stateless, JSON responses (send `Accept: application/json, text/event-stream`). Its messages are MCP's (https://modelcontextprotocol.io); the tools and their schemas are listed by `tools/list`. JSON-RPC errors and tool errors answer 200.",
+            )
+            .body(
+                |_| schemars::json_schema!({
+                    "type": "object",
+                    "description": "A JSON-RPC 2.0 request or notification of MCP.",
+                    "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]},
+                                   "method": {"type": "string"}, "params": {"type": "object"}},
+                    "required": ["jsonrpc", "method"]
+                }),
+                vec![("tools/list", json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))],
+            )
+            .answers(200, "A JSON-RPC 2.0 response.", |_| schemars::json_schema!({
+                "type": "object",
+                "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]},
+                               "result": {"type": "object"}, "error": {"type": "object"}},
+                "required": ["jsonrpc"]
+            }))
+            .answers(202, "A notification, accepted.", |_| schemars::json_schema!({})),
         any(move |st, authed, req| handle(st, authed, req, local)),
     )
+}
+
+pub fn routes(local: bool) -> Router<AppState> {
+    api_doc(local).into_router()
 }
 
 async fn handle(

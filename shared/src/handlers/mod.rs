@@ -10,6 +10,7 @@ pub mod execute;
 pub mod health;
 pub mod jobs;
 pub mod mcp;
+pub mod openapi;
 pub mod orders;
 pub mod plan;
 pub mod positions;
@@ -20,21 +21,29 @@ use axum::{Json, Router};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::http::extract::{check_ident, check_text};
-use crate::protocol::ChatContext;
+use crate::http::openapi::Api;
+use crate::protocol::{ChatContext, MAX_CHAT_KEYS, MAX_TRACE_TEXT};
+
+/// Every endpoint and its documentation: what `airlock serve` mounts, and the OpenAPI
+/// document (`openapi::text`).
+pub fn all_api() -> Api {
+    Api::new()
+        .merge(health::api_doc())
+        .merge(openapi::api_doc())
+        .merge(accounts::api_doc())
+        .merge(positions::api_doc())
+        .merge(orders::api_doc())
+        .merge(jobs::api_doc())
+        .merge(action_status::api_doc())
+        .merge(plan::api_doc())
+        .merge(execute::api_doc())
+        .merge(approvals::api_doc())
+        .merge(mcp::api_doc(true))
+}
 
 /// Every endpoint on one router: what `airlock serve` mounts.
 pub fn all() -> Router<AppState> {
-    Router::new()
-        .merge(health::routes())
-        .merge(accounts::routes())
-        .merge(positions::routes())
-        .merge(orders::routes())
-        .merge(jobs::routes())
-        .merge(action_status::routes())
-        .merge(plan::routes())
-        .merge(execute::routes())
-        .merge(approvals::routes())
-        .merge(mcp::routes(true))
+    all_api().into_router()
 }
 
 /// One page of a listing as the answer: `{ "<name>": [...], "next_cursor": ... }`.
@@ -46,16 +55,11 @@ where
     Json(crate::protocol::views::ListingView { name, listing }).into_response()
 }
 
-/// The most free-form trace fields a `chat_context` may carry next to its two ids.
-pub const MAX_CHAT_FIELDS: usize = 32;
-/// The most a `chat_context` may weigh, as JSON text (it is kept with the plan).
-pub const MAX_CHAT_BYTES: usize = 8 * 1024;
-
-/// Bounds of a body's `chat_context` (kept for audit, so kept clean): the two ids are
-/// 1..256 bytes of text without control characters; trace fields are at most
-/// [`MAX_CHAT_FIELDS`], named like identifiers, and the whole is at most
-/// [`MAX_CHAT_BYTES`] of JSON. Every string in a body is also bounded by the JSON check
-/// (`http::extract`).
+/// Bounds of a body's `chat_context` (kept for audit, so kept clean), as its schema
+/// (`protocol::ChatContext`) publishes them: the two ids are 1..256 characters of text
+/// without control characters; at most [`MAX_CHAT_KEYS`] keys in all, trace fields named
+/// like identifiers, each a number, a boolean, `null` or at most [`MAX_TRACE_TEXT`]
+/// characters of text. The worst case stays well inside the 64 KiB body.
 pub(crate) fn check_chat_context(c: &ChatContext, prefix: &str) -> Result<(), ApiError> {
     for (name, v) in [
         ("chat_session_id", &c.chat_session_id),
@@ -65,30 +69,38 @@ pub(crate) fn check_chat_context(c: &ChatContext, prefix: &str) -> Result<(), Ap
             check_text(&format!("{prefix}/{name}"), s, 256)?;
         }
     }
-    if c.extra.len() > MAX_CHAT_FIELDS {
+    let keys = c.extra.len()
+        + usize::from(c.chat_session_id.is_some())
+        + usize::from(c.tool_call_id.is_some());
+    if keys > MAX_CHAT_KEYS {
         return Err(ApiError::invalid(
             prefix,
-            format!("holds more than {MAX_CHAT_FIELDS} trace fields"),
+            format!("holds more than {MAX_CHAT_KEYS} fields"),
         ));
     }
-    for k in c.extra.keys() {
-        check_ident(
-            &format!("{prefix}/{}", k.replace('~', "~0").replace('/', "~1")),
-            k,
-        )
-        .map_err(|_| {
+    for (k, v) in &c.extra {
+        let pointer = format!("{prefix}/{}", k.replace('~', "~0").replace('/', "~1"));
+        match v {
+            serde_json::Value::String(s) if s.chars().count() > MAX_TRACE_TEXT => {
+                return Err(ApiError::invalid(
+                    pointer,
+                    format!("trace text is at most {MAX_TRACE_TEXT} characters"),
+                ))
+            }
+            serde_json::Value::Array(_) | serde_json::Value::Object(_) => {
+                return Err(ApiError::invalid(
+                    pointer,
+                    "a trace field is a string, a number, a boolean or null",
+                ))
+            }
+            _ => {}
+        }
+        check_ident(&pointer, k).map_err(|_| {
             ApiError::invalid(
                 prefix,
                 "trace field names must be 1 to 64 letters, digits or -_.:",
             )
         })?;
-    }
-    let size = serde_json::to_vec(c).map(|v| v.len()).unwrap_or(usize::MAX);
-    if size > MAX_CHAT_BYTES {
-        return Err(ApiError::invalid(
-            prefix,
-            format!("is larger than {MAX_CHAT_BYTES} bytes of JSON"),
-        ));
     }
     Ok(())
 }
@@ -124,16 +136,40 @@ mod tests {
             field(chat(serde_json::json!({"bad key": 1}))),
             "/chat_context"
         );
-        let many: serde_json::Map<String, serde_json::Value> = (0..33)
-            .map(|i| (format!("k{i}"), serde_json::json!(i)))
-            .collect();
+        let keys = |n: usize| -> serde_json::Value {
+            (0..n)
+                .map(|i| (format!("k{i}"), serde_json::json!(i)))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        assert!(chat(keys(MAX_CHAT_KEYS)).is_ok());
+        assert_eq!(field(chat(keys(MAX_CHAT_KEYS + 1))), "/chat_context");
+        // The two ids count among the keys.
+        let mut with_ids = keys(MAX_CHAT_KEYS - 1);
+        with_ids["chat_session_id"] = serde_json::json!("c-1");
+        assert!(chat(with_ids.clone()).is_ok());
+        with_ids["tool_call_id"] = serde_json::json!("t-1");
+        assert_eq!(field(chat(with_ids)), "/chat_context");
+        // Trace values: flat, and text of at most 128 characters (counted as characters).
+        assert!(chat(serde_json::json!({"note": "é".repeat(MAX_TRACE_TEXT)})).is_ok());
         assert_eq!(
-            field(chat(serde_json::Value::Object(many))),
-            "/chat_context"
+            field(chat(
+                serde_json::json!({"note": "x".repeat(MAX_TRACE_TEXT + 1)})
+            )),
+            "/chat_context/note"
         );
-        let big: serde_json::Map<String, serde_json::Value> = (0..3)
-            .map(|i| (format!("k{i}"), serde_json::json!("x".repeat(3000))))
-            .collect();
-        assert_eq!(field(chat(serde_json::Value::Object(big))), "/chat_context");
+        assert_eq!(
+            field(chat(serde_json::json!({"trace": {"k": 1}}))),
+            "/chat_context/trace"
+        );
+        assert_eq!(
+            field(chat(serde_json::json!({"trace": [1]}))),
+            "/chat_context/trace"
+        );
+        // An id is text or absent, never null (a schema counts a null key).
+        assert!(serde_json::from_value::<ChatContext>(
+            serde_json::json!({"chat_session_id": null})
+        )
+        .is_err());
     }
 }

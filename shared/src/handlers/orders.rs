@@ -2,17 +2,46 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::get;
 use axum::Router;
 
 use crate::app::AppState;
+use crate::domain::{Ident, OrderStatus};
 use crate::error::ApiError;
+use crate::error::Code;
 use crate::http::api;
 use crate::http::extract::{Authed, Query};
+use crate::http::openapi::{schema, Api, Op};
 use crate::ports::OrderFilter;
+use crate::protocol::views::OrderView;
+
+pub fn api_doc() -> Api {
+    Api::new().route(
+        Op::get(api("/orders"), "listOrders")
+            .tag("reads")
+            .summary(
+                "Orders on the operator's desks",
+                "Orders newest first, optionally by account and status.",
+            )
+            .query("account_id", schema::<Ident>, "Only this account's orders. An account the operator may not see is 404 `account_not_found`.")
+            .query("status", schema::<OrderStatus>, "Only orders in this status.")
+            .paged()
+            .errors(&[Code::AccountNotFound])
+            .answers(200, "One page of orders, newest first.", schema::<OrderPage>),
+        handler,
+    )
+}
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route(&api("/orders"), get(handler))
+    api_doc().into_router()
+}
+
+#[allow(dead_code)]
+#[derive(schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct OrderPage {
+    orders: Vec<OrderView<'static>>,
+    /// The cursor of the next page; `null` on the last page.
+    next_cursor: Option<String>,
 }
 
 async fn handler(

@@ -1,20 +1,85 @@
 //! `POST /actions/plan`: validate, run risk checks, return a preview and a confirmation token.
 
 use axum::extract::State;
-use axum::routing::post;
 use axum::{Json, Router};
+use serde_json::json;
 
 use crate::app::AppState;
 use crate::domain::ActionType;
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::http::api;
 use crate::http::extract::check_text;
 use crate::http::extract::{Authed, JsonBody, Query};
 use crate::http::observe::current_request_id;
+use crate::http::openapi::{schema, Api, Op};
 use crate::protocol::plan::{PlanRequest, PlanResponse};
 
+pub fn api_doc() -> Api {
+    Api::new().route(
+        Op::post(api("/actions/plan"), "planAction")
+            .tag("actions")
+            .summary(
+                "Plan an action",
+                "Validates an action, runs its risk checks and returns a preview. Changes nothing at the broker. An executable plan carries a confirmation token (`token` confirmation) or the approval page's address (`operator` confirmation). A failed risk check is a plan with `executable: false`, not an error.",
+            )
+            .body(
+                schema::<PlanRequest>,
+                vec![
+                    ("order", json!({
+                        "action_type": "order.submit.cl",
+                        "payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 2,
+                                    "order_type": "limit", "limit_price": "68.50", "time_in_force": "day"},
+                        "requested_by": "op-energy-trader",
+                        "chat_context": {"chat_session_id": "chat-42", "tool_call_id": "call-7"}
+                    })),
+                    ("cancel", json!({
+                        "action_type": "order.cancel",
+                        "payload": {"account_id": "ACC-1", "order_id": "ORD-1001"},
+                        "requested_by": "op-energy-trader"
+                    })),
+                    ("sync", json!({
+                        "action_type": "positions.sync",
+                        "payload": {"account_id": "ACC-2"},
+                        "requested_by": "op-energy-trader"
+                    })),
+                ],
+            )
+            .errors(&[Code::OperatorMismatch, Code::AccountNotFound])
+            .answers(200, "The plan: preview, risk checks, and how to confirm it.", schema::<PlanResponse>)
+            .example(json!({
+                "plan_id": "pln_01kaq8m4x1a7c2e9f0g3h5",
+                "action_type": "order.cancel",
+                "normalized_payload": {"account_id": "ACC-1", "order_id": "ORD-1001"},
+                "risk_checks": [
+                    {"name": "account_active", "status": "pass", "reason": "ACC-1 is active."},
+                    {"name": "order_exists", "status": "pass", "reason": "ORD-1001 is open on ACC-1."}
+                ],
+                "preview": "Cancel ORD-1001 on ACC-1 (Energy Alpha): BUY 2 CLF27 LIMIT 68.50 DAY, working.",
+                "executable": true,
+                "requires_confirmation": true,
+                "confirmation_token": "eyJhbGciOiJFUzI1NiIsImtpZCI6ImFpcmxvY2stMSJ9.eyJwbGFuX2lkIjoicGxuXzAxIn0.c2lnbmF0dXJl",
+                "expires_at": "2026-11-23T15:05:00.000Z",
+                "queue_target": "orders",
+                "policy_version": "2026-11-01",
+                "approval": null
+            }))
+            .links(json!({
+                "ExecuteThePlan": {
+                    "operationId": "executePlan",
+                    "description": "Execute this plan with its confirmation token, for the same operator.",
+                    "requestBody": {
+                        "plan_id": "$response.body#/plan_id",
+                        "confirmation_token": "$response.body#/confirmation_token",
+                        "requested_by": "$request.body#/requested_by"
+                    }
+                }
+            })),
+        handler,
+    )
+}
+
 pub fn routes() -> Router<AppState> {
-    Router::new().route(&api("/actions/plan"), post(handler))
+    api_doc().into_router()
 }
 
 async fn handler(
@@ -30,9 +95,9 @@ async fn handler(
     ))
 }
 
-/// The longest `symbol` accepted, in bytes. A symbol that is merely unknown is a failed
+/// The longest `symbol` accepted, in characters. A symbol that is merely unknown is a failed
 /// `symbol_valid` check, not a malformed request; one this long is neither.
-const MAX_SYMBOL_BYTES: usize = 32;
+const MAX_SYMBOL_CHARS: usize = 32;
 
 /// Bounds of a plan body that the typed parse does not enforce. Ids in the payload are
 /// `Ident`s (`domain`), `requested_by` is checked by the protocol.
@@ -43,7 +108,7 @@ pub(crate) fn check_plan_request(req: &PlanRequest) -> Result<(), ApiError> {
     if req.action_type == ActionType::OrderSubmitCl {
         if let Some(serde_json::Value::String(sym)) = req.payload.get("symbol") {
             if !sym.is_empty() {
-                check_text("/payload/symbol", sym, MAX_SYMBOL_BYTES)?;
+                check_text("/payload/symbol", sym, MAX_SYMBOL_CHARS)?;
             }
         }
     }

@@ -2,16 +2,44 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::get;
 use axum::Router;
 
 use crate::app::AppState;
+use crate::domain::Ident;
 use crate::error::ApiError;
+use crate::error::Code;
 use crate::http::api;
 use crate::http::extract::{Authed, Query};
+use crate::http::openapi::{schema, Api, Op};
+use crate::protocol::views::PositionView;
+
+pub fn api_doc() -> Api {
+    Api::new().route(
+        Op::get(api("/positions"), "listPositions")
+            .tag("reads")
+            .summary(
+                "Positions on the operator's desks",
+                "Signed positions in contracts (long > 0, short < 0) with average prices, optionally for one account.",
+            )
+            .query("account_id", schema::<Ident>, "Only this account's positions. An account the operator may not see is 404 `account_not_found`.")
+            .paged()
+            .errors(&[Code::AccountNotFound])
+            .answers(200, "One page of positions.", schema::<PositionPage>),
+        handler,
+    )
+}
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route(&api("/positions"), get(handler))
+    api_doc().into_router()
+}
+
+#[allow(dead_code)]
+#[derive(schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct PositionPage {
+    positions: Vec<PositionView<'static>>,
+    /// The cursor of the next page; `null` on the last page.
+    next_cursor: Option<String>,
 }
 
 async fn handler(

@@ -117,11 +117,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     from_value(value, "")
 }
 
-/// The longest string value a body may hold anywhere, in bytes (a confirmation token is
-/// the longest legitimate one, well under this).
-pub const MAX_JSON_STRING_BYTES: usize = 4096;
-/// The longest object key a body may hold anywhere, in bytes.
-pub const MAX_JSON_KEY_BYTES: usize = 128;
+/// The longest string value a body may hold anywhere, in characters (a confirmation token
+/// is the longest legitimate one, well under this). Characters, not bytes, as JSON
+/// Schema's `maxLength` counts them.
+pub const MAX_JSON_STRING_CHARS: usize = 4096;
+/// The longest object key a body may hold anywhere, in characters.
+pub const MAX_JSON_KEY_CHARS: usize = 128;
 
 enum TextFault {
     Syntax(serde_json::Error),
@@ -130,8 +131,8 @@ enum TextFault {
 
 /// Walks JSON text once, without building it, and refuses what the typed parse cannot
 /// see: an object key given twice (serde keeps the last one, so `{"quantity":1,
-/// "quantity":9}` would plan 9), a key longer than [`MAX_JSON_KEY_BYTES`] and a string
-/// longer than [`MAX_JSON_STRING_BYTES`]. The error names the JSON pointer at fault.
+/// "quantity":9}` would plan 9), a key longer than [`MAX_JSON_KEY_CHARS`] and a string
+/// longer than [`MAX_JSON_STRING_CHARS`]. The error names the JSON pointer at fault.
 fn check_json_text(bytes: &[u8]) -> Result<(), TextFault> {
     use serde::de::DeserializeSeed;
     let fault = std::cell::RefCell::new(None);
@@ -162,8 +163,8 @@ impl Walk<'_> {
     }
 
     fn string<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
-        if s.len() > MAX_JSON_STRING_BYTES {
-            let m = format!("text longer than {MAX_JSON_STRING_BYTES} bytes");
+        if s.chars().count() > MAX_JSON_STRING_CHARS {
+            let m = format!("text longer than {MAX_JSON_STRING_CHARS} characters");
             return Err(self.fail(self.path.clone(), &m));
         }
         Ok(())
@@ -218,8 +219,8 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_> {
         let mut seen = std::collections::HashSet::new();
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             let pointer = format!("{}/{}", self.path, escape(&key));
-            if key.len() > MAX_JSON_KEY_BYTES {
-                let m = format!("key longer than {MAX_JSON_KEY_BYTES} bytes");
+            if key.chars().count() > MAX_JSON_KEY_CHARS {
+                let m = format!("key longer than {MAX_JSON_KEY_CHARS} characters");
                 return Err(self.fail(pointer, &m));
             }
             if !seen.insert(key) {
@@ -362,13 +363,14 @@ pub fn check_ident(field: &str, value: &str) -> Result<String, ApiError> {
         .map_err(|m| ApiError::invalid(field, m))
 }
 
-/// Client text kept for audit or shown to people: at most `max` bytes, and no control
-/// characters (no line breaks or escapes smuggled into logs, previews and audit records).
+/// Client text kept for audit or shown to people: at most `max` characters (as JSON
+/// Schema's `maxLength` counts them), and no control characters (no line breaks or escapes
+/// smuggled into logs, previews and audit records).
 pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    if value.is_empty() || value.len() > max {
+    if value.is_empty() || value.chars().count() > max {
         return Err(ApiError::invalid(
             field,
-            format!("must be 1 to {max} bytes of text"),
+            format!("must be 1 to {max} characters of text"),
         ));
     }
     if value.chars().any(char::is_control) {
@@ -485,14 +487,14 @@ mod tests {
 
     #[test]
     fn over_long_strings_and_keys_are_refused_with_their_pointer() {
-        let long = "x".repeat(MAX_JSON_STRING_BYTES + 1);
+        let long = "x".repeat(MAX_JSON_STRING_CHARS + 1);
         assert_eq!(field_of(&format!(r#"{{"a":[1,"{long}"]}}"#)), "/a/1");
-        let key = "k".repeat(MAX_JSON_KEY_BYTES + 1);
+        let key = "k".repeat(MAX_JSON_KEY_CHARS + 1);
         assert_eq!(
             field_of(&format!(r#"{{"a":{{"{key}":1}}}}"#)),
             format!("/a/{key}")
         );
-        let ok = "x".repeat(MAX_JSON_STRING_BYTES);
+        let ok = "x".repeat(MAX_JSON_STRING_CHARS);
         assert!(parse_json::<serde_json::Value>(format!(r#"{{"a":"{ok}"}}"#).as_bytes()).is_ok());
     }
 

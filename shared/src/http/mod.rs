@@ -6,6 +6,7 @@
 pub mod error;
 pub mod extract;
 pub mod observe;
+pub mod openapi;
 
 use axum::response::{IntoResponse, Response};
 use axum::Router;

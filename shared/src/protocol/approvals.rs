@@ -148,7 +148,7 @@ pub struct OperatorSummary {
 }
 
 /// An enrolment link, as the admin gets it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct EnrolmentLink {
     pub sub: String,
     pub url: String,
@@ -232,7 +232,7 @@ fn passkey_invalid(why: impl std::fmt::Display) -> ApiError {
 
 /// A sub: 1 to 256 printable characters, as `requested_by`.
 pub fn check_sub(sub: &str) -> Result<(), ApiError> {
-    if sub.is_empty() || sub.len() > 256 || sub.chars().any(|c| c.is_control()) {
+    if sub.is_empty() || sub.chars().count() > 256 || sub.chars().any(|c| c.is_control()) {
         return Err(ApiError::invalid(
             "/sub",
             "must be the operator id, 1 to 256 printable characters",
@@ -320,7 +320,7 @@ impl Approvals {
             ));
         }
         for (field, list) in [("/roles", roles), ("/desks", desks)] {
-            if list.len() > 64 || list.iter().any(|r| r.is_empty() || r.len() > 128) {
+            if list.len() > 64 || list.iter().any(|r| r.is_empty() || r.chars().count() > 128) {
                 return Err(ApiError::invalid(
                     field,
                     "must hold at most 64 names of 1 to 128 characters",

@@ -71,6 +71,32 @@ pub struct ExecuteRequest {
     pub chat_context: Option<ChatContext>,
 }
 
+impl schemars::JsonSchema for ExecuteRequest {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ExecuteRequest".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let chat = g.subschema_for::<ChatContext>();
+        schemars::json_schema!({
+            "type": "object",
+            "description": "A plan to execute, its confirmation and an idempotency key.",
+            "properties": {
+                "plan_id": g.subschema_for::<crate::domain::Ident>(),
+                "confirmation_token": {"anyOf": [
+                    {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "^[A-Za-z0-9_.-]+$",
+                     "description": "The plan's confirmation_token (token confirmation)."},
+                    {"type": "null"}
+                ]},
+                "idempotency_key": g.subschema_for::<IdempotencyKey>(),
+                "requested_by": super::plan::requested_by_schema(),
+                "chat_context": {"anyOf": [chat, {"type": "null"}]}
+            },
+            "required": ["plan_id", "idempotency_key", "requested_by"],
+            "additionalProperties": false
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Accepted {
     pub action_id: String,
@@ -455,10 +481,16 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 return Err(ctx.reject(e, Some(&plan)).await);
             }
         }
-        (ConfirmationMode::Token, None) => return Err(ApiError::invalid(
-            "/confirmation_token",
-            "this plan is confirmed with its confirmation token; send the token its plan returned",
-        )),
+        // Absent is a confirmation that does not verify: whether a token is needed depends
+        // on the plan, not on the shape of the request.
+        (ConfirmationMode::Token, None) => {
+            let e = ApiError::new(
+                Code::TokenInvalid,
+                "This plan is confirmed with its confirmation token; send the confirmation_token its plan returned.",
+            )
+            .with_field("/confirmation_token", "required for this plan");
+            return Err(ctx.reject(e, Some(&plan)).await);
+        }
         (ConfirmationMode::Operator, Some(_)) => {
             let e = ApiError::new(
                 Code::TokenInvalid,

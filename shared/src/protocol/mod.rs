@@ -17,15 +17,60 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{ApiError, Code};
 
-/// Free-form chat trace fields, kept for audit.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+/// Free-form chat trace fields, kept for audit. Bounds (checked by
+/// `handlers::check_chat_context`, published by the schema below): the two ids are 1 to
+/// 256 characters without control characters; at most [`MAX_TRACE_FIELDS`] more fields,
+/// named like identifiers, each a number, a boolean, `null` or a string of at most
+/// [`MAX_TRACE_TEXT`] characters; at most [`MAX_CHAT_KEYS`] keys in all. The ids are text
+/// or absent, never `null`, so the count of keys is the count a schema sees.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatContext {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_text"
+    )]
     pub chat_session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_text"
+    )]
     pub tool_call_id: Option<String>,
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// A text field that may be absent but not `null`.
+fn some_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(d).map(Some)
+}
+
+/// The most keys a `chat_context` may hold, its two ids included.
+pub const MAX_CHAT_KEYS: usize = 18;
+/// The longest string a trace field may hold, in characters.
+pub const MAX_TRACE_TEXT: usize = 128;
+/// Text a person or a log will read: no control characters (as JSON Schema, Unicode Cc).
+pub const PRINTABLE_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+
+impl schemars::JsonSchema for ChatContext {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ChatContext".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let id = serde_json::json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": PRINTABLE_PATTERN});
+        schemars::json_schema!({
+            "type": "object",
+            "description": "Where in the chat the request came from, kept with the plan and in audit records: the chat session, the tool call, and up to 16 flat trace fields of your own.",
+            "properties": {"chat_session_id": id, "tool_call_id": id},
+            "propertyNames": {"minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9._:-]+$"},
+            "additionalProperties": {"anyOf": [
+                {"type": "string", "maxLength": MAX_TRACE_TEXT},
+                {"type": ["number", "boolean", "null"]}
+            ]},
+            "maxProperties": MAX_CHAT_KEYS
+        })
+    }
 }
 
 impl ChatContext {
@@ -35,7 +80,7 @@ impl ChatContext {
             ("tool_call_id", &self.tool_call_id),
         ] {
             if let Some(s) = v {
-                if s.is_empty() || s.len() > 256 {
+                if s.is_empty() || s.chars().count() > 256 {
                     return Err(ApiError::invalid(
                         format!("{prefix}/{name}"),
                         "must be 1 to 256 characters",
@@ -49,7 +94,7 @@ impl ChatContext {
 
 /// Who the request was made for, as sent in a body: 1..256 printable characters.
 pub fn parse_requested_by(s: &str) -> Result<(), ApiError> {
-    if s.is_empty() || s.len() > 256 || s.chars().any(|c| c.is_control()) {
+    if s.is_empty() || s.chars().count() > 256 || s.chars().any(|c| c.is_control()) {
         return Err(ApiError::invalid(
             "/requested_by",
             "must be the operator id, 1 to 256 printable characters",

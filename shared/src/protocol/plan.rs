@@ -61,6 +61,54 @@ pub struct PlanRequest {
     pub chat_context: Option<ChatContext>,
 }
 
+/// `requested_by`: the operator id, 1 to 256 characters without control characters.
+pub fn requested_by_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "string", "minLength": 1, "maxLength": 256,
+        "pattern": super::PRINTABLE_PATTERN,
+        "description": "The operator the request is made for: the operator token's `sub`."
+    })
+}
+
+/// One variant per action type: its `action_type` and the schema of its payload.
+impl schemars::JsonSchema for PlanRequest {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanRequest".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        use crate::domain::{OrderCancel, OrderSubmitCl, PositionsSync};
+        let chat = g.subschema_for::<ChatContext>();
+        let variant = |action: ActionType, payload: schemars::Schema| {
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "action_type": {"const": action.as_str()},
+                    "payload": payload,
+                    "requested_by": requested_by_schema(),
+                    "chat_context": {"anyOf": [chat.clone(), {"type": "null"}]}
+                },
+                "required": ["action_type", "payload", "requested_by"],
+                "additionalProperties": false
+            })
+        };
+        let variants = vec![
+            variant(
+                ActionType::OrderSubmitCl,
+                g.subschema_for::<OrderSubmitCl>(),
+            ),
+            variant(ActionType::OrderCancel, g.subschema_for::<OrderCancel>()),
+            variant(
+                ActionType::PositionsSync,
+                g.subschema_for::<PositionsSync>(),
+            ),
+        ];
+        schemars::json_schema!({
+            "description": "An action to plan: its type, its payload, and the operator it is for.",
+            "oneOf": variants
+        })
+    }
+}
+
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PlanResponse {
     pub plan_id: String,

@@ -1,0 +1,51 @@
+//! `GET /openapi.json`: this API's OpenAPI 3.1 document, made from the routes themselves
+//! (`http::openapi`). The same text is committed as `docs/openapi.json`.
+
+use std::sync::OnceLock;
+
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+
+use crate::app::AppState;
+use crate::auth::Permission;
+use crate::error::ApiError;
+use crate::http::api;
+use crate::http::extract::{Authed, Query};
+use crate::http::openapi::{Api, Op};
+
+pub fn api_doc() -> Api {
+    Api::new().route(
+        Op::get(api("/openapi.json"), "getOpenApi")
+            .tag("service")
+            .summary(
+                "This API's OpenAPI document",
+                "The OpenAPI 3.1 document of every operation, generated from the routes (docs/openapi.json in the repository is the same text). Same tokens as the reads.",
+            )
+            .answers(200, "The OpenAPI 3.1 document.", |_| {
+                schemars::json_schema!({"type": "object", "required": ["openapi", "info", "paths"]})
+            }),
+        handler,
+    )
+}
+
+pub fn routes() -> Router<AppState> {
+    api_doc().into_router()
+}
+
+/// The document as served and committed: pretty JSON and a final newline.
+pub fn text() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        let mut t = serde_json::to_string_pretty(&super::all_api().document())
+            .expect("the document is JSON");
+        t.push('\n');
+        t
+    })
+}
+
+async fn handler(Authed(caller): Authed, Query(q): Query) -> Result<Response, ApiError> {
+    q.finish()?;
+    caller.require(Permission::Read)?;
+    Ok(([(CONTENT_TYPE, "application/json")], text()).into_response())
+}
