@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: what CI runs (.ci/run) and what the README calls "test it".
-# Installs the AWS emulator (moto) into .venv, lints the SAM template (scripts/infra-lint.sh),
+# Installs the AWS emulator (moto) into .venv, Schemathesis into .venv/st (the API fuzzer the
+# tests run against `airlock serve`), lints the SAM template (scripts/infra-lint.sh),
 # builds the airlock binary with test-only failpoints, then runs every test in debug: the
 # end-to-end suite runs against the embedded backend and, through moto, the AWS backend.
 set -euo pipefail
@@ -15,6 +16,9 @@ scripts/browser.sh
 
 echo "== the MCP clients the tests drive (@mastra/mcp, the TypeScript SDK; npm ci into tests/mcp)"
 scripts/node-deps.sh
+
+echo "== Schemathesis and the OpenAPI validator (into .venv/st); docs/openapi.json is valid OpenAPI 3.1"
+scripts/schemathesis.sh
 
 echo "== the SAM template (cfn-lint, sam validate --lint; SAM CLI into .venv/sam)"
 scripts/infra-lint.sh

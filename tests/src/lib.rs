@@ -6,6 +6,7 @@
 //! loud failure, never a skip.
 
 pub mod browser;
+pub mod contract;
 pub mod faults;
 pub mod idp;
 pub mod lambda;

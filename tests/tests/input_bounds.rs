@@ -166,7 +166,7 @@ async fn a_key_given_twice_anywhere_in_a_body_is_refused(b: Backend) {
     nothing_written(&s);
 
     // The same keys in sibling objects are not duplicates.
-    let r = raw(r#"{"action_type":"order.submit.cl","payload":{"account_id":"ACC-1","symbol":"CLF27","side":"buy","quantity":1,"order_type":"market"},"requested_by":"op-energy-trader","chat_context":{"chat_session_id":"c","a":{"k":1},"b":{"k":2}}}"#).await;
+    let r = raw(r#"{"action_type":"order.submit.cl","payload":{"account_id":"ACC-1","symbol":"CLF27","side":"buy","quantity":1,"order_type":"market"},"requested_by":"op-energy-trader","chat_context":{"chat_session_id":"c","symbol":"CLF27","quantity":1}}"#).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r["normalized_payload"]["quantity"], 1);
 }
@@ -239,6 +239,21 @@ async fn every_string_in_a_body_is_bounded(b: Backend) {
             "trace field named with a control character",
             chat(json!({"a\u{7}": 1})),
             "/chat_context",
+        ),
+        (
+            "nested trace field",
+            chat(json!({"trace": [{"k": 1}]})),
+            "/chat_context/trace",
+        ),
+        (
+            "trace text of 129 characters",
+            chat(json!({"note": "é".repeat(129)})),
+            "/chat_context/note",
+        ),
+        (
+            "chat id null (absent is how to send none)",
+            chat(json!({"chat_session_id": null})),
+            "/chat_context/chat_session_id",
         ),
     ];
     for (what, body, pointer) in cases {

@@ -34,7 +34,7 @@ pub fn api_doc() -> Api {
                     })),
                     ("cancel", json!({
                         "action_type": "order.cancel",
-                        "payload": {"account_id": "ACC-1", "order_id": "ORD-1001"},
+                        "payload": {"account_id": "ACC-1", "order_id": "ORD-1003"},
                         "requested_by": "op-energy-trader"
                     })),
                     ("sync", json!({
@@ -49,12 +49,12 @@ pub fn api_doc() -> Api {
             .example(json!({
                 "plan_id": "pln_01kaq8m4x1a7c2e9f0g3h5",
                 "action_type": "order.cancel",
-                "normalized_payload": {"account_id": "ACC-1", "order_id": "ORD-1001"},
+                "normalized_payload": {"account_id": "ACC-1", "order_id": "ORD-1003"},
                 "risk_checks": [
                     {"name": "account_active", "status": "pass", "reason": "ACC-1 is active."},
-                    {"name": "order_exists", "status": "pass", "reason": "ORD-1001 is open on ACC-1."}
+                    {"name": "order_exists", "status": "pass", "reason": "ORD-1003 is open on ACC-1."}
                 ],
-                "preview": "Cancel ORD-1001 on ACC-1 (Energy Alpha): BUY 2 CLF27 LIMIT 68.50 DAY, working.",
+                "preview": "Cancel ORD-1003 on ACC-1 (Energy Alpha): BUY 2 CLF27 LIMIT 68.50 DAY, working.",
                 "executable": true,
                 "requires_confirmation": true,
                 "confirmation_token": "eyJhbGciOiJFUzI1NiIsImtpZCI6ImFpcmxvY2stMSJ9.eyJwbGFuX2lkIjoicGxuXzAxIn0.c2lnbmF0dXJl",

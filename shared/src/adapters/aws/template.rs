@@ -1058,7 +1058,11 @@ mod tests {
             path: "/health".into(),
         };
         let expected: Vec<(&str, Vec<EventDef>)> = vec![
-            ("accounts", vec![route("GET", "/accounts"), health]),
+            // So does the OpenAPI document (same tokens as the reads).
+            (
+                "accounts",
+                vec![route("GET", "/accounts"), health, route("GET", "/openapi.json")],
+            ),
             ("positions", vec![route("GET", "/positions")]),
             ("orders", vec![route("GET", "/orders")]),
             ("jobs", vec![route("GET", "/jobs")]),
@@ -1143,6 +1147,20 @@ mod tests {
             built == crates,
             "template functions build {built:?}, function crates are {crates:?}"
         );
+        // Every operation of the OpenAPI document is routed to some function.
+        let doc = crate::handlers::all_api().document();
+        let routed: Vec<&EventDef> = expected.iter().flat_map(|(_, e)| e).collect();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                let m = method.to_uppercase();
+                check!(
+                    out,
+                    routed.iter().any(|e| matches!(e, EventDef::Api { method, path: p }
+                        if p == path && (method == &m || method == "ANY"))),
+                    "{m} {path} is in the OpenAPI document but no function serves it"
+                );
+            }
+        }
         out
     }
 
