@@ -29,6 +29,7 @@ use tower::ServiceExt;
 
 use crate::app::AppState;
 use crate::auth::Caller;
+use crate::error::{ApiError, Code};
 use crate::http::api;
 use crate::http::extract::Authed;
 use crate::http::observe::current_request_id;
@@ -82,7 +83,10 @@ pub fn api_doc(local: bool) -> Api {
                                "result": {"type": "object"}, "error": {"type": "object"}},
                 "required": ["jsonrpc"]
             }))
-            .answers(202, "A notification, accepted.", |_| schemars::json_schema!({})),
+            .answers(202, "A notification, accepted.", |_| schemars::json_schema!({}))
+            // A tool the caller may not use is left out of `tools/list` and refused as a
+            // JSON-RPC error; the endpoint itself answers everyone with both tokens.
+            .never(&[Code::InsufficientScope]),
         any(move |st, authed, req| handle(st, authed, req, local)),
     )
 }
@@ -98,6 +102,12 @@ async fn handle(
     local: bool,
 ) -> Response {
     req.extensions_mut().insert(caller);
+    let sent_json = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -112,10 +122,17 @@ async fn handle(
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    match service.oneshot(req).await {
+    let resp = match service.oneshot(req).await {
         Ok(resp) => resp.map(axum::body::Body::new).into_response(),
         Err(never) => match never {},
+    };
+    // rmcp answers 415 to a JSON body it cannot read as a JSON-RPC message; the contract
+    // keeps 415 for another content type and calls a bad body 400.
+    if sent_json && resp.status() == axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return ApiError::invalid_at("/".into(), "not a JSON-RPC 2.0 message of MCP")
+            .into_response();
     }
+    resp
 }
 
 fn caller(ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {

@@ -14,9 +14,7 @@ pub fn status_of(code: Code) -> StatusCode {
         InvalidRequest | InvalidCursor => StatusCode::BAD_REQUEST,
         PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        NotFound | AccountNotFound | ActionNotFound | PlanNotFound => {
-            StatusCode::NOT_FOUND
-        }
+        NotFound | AccountNotFound | ActionNotFound | PlanNotFound => StatusCode::NOT_FOUND,
         MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         Unauthenticated | OperatorUnauthenticated => StatusCode::UNAUTHORIZED,
         InsufficientScope | OperatorMismatch | KillSwitchEngaged | ActionDisabled => {

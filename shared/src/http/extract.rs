@@ -107,7 +107,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
                 e.column()
             ),
         )
-        .with_field("", "malformed JSON")
+        .with_field("/", "malformed JSON")
     };
     check_json_text(bytes).map_err(|f| match f {
         TextFault::Syntax(e) => malformed(e),

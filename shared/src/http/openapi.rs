@@ -78,6 +78,7 @@ pub struct Op {
     body: Option<(SchemaFn, Vec<(&'static str, Value)>)>,
     answers: Vec<Answer>,
     errors: Vec<Code>,
+    never: Vec<Code>,
 }
 
 /// Errors every authenticated operation can answer: the two tokens, the caller's
@@ -112,6 +113,7 @@ impl Op {
             answers: Vec::new(),
             // A query string is parsed strictly on every operation.
             errors: vec![Code::InvalidRequest],
+            never: Vec::new(),
         }
     }
 
@@ -240,6 +242,12 @@ impl Op {
         self
     }
 
+    /// Codes of the usual sets (tokens, body) that this operation never answers.
+    pub fn never(mut self, codes: &[Code]) -> Op {
+        self.never.extend_from_slice(codes);
+        self
+    }
+
     fn operation(&self, g: &mut Generators) -> Value {
         let mut op = Map::new();
         op.insert("operationId".into(), json!(self.id));
@@ -297,6 +305,7 @@ impl Op {
         if self.authed {
             codes.extend(AUTHED_ERRORS.iter().filter(|c| !self.errors.contains(c)));
         }
+        codes.retain(|c| !self.never.contains(c));
         let mut by_status: std::collections::BTreeMap<u16, Vec<Code>> = Default::default();
         for c in codes {
             by_status.entry(status_of(c).as_u16()).or_default().push(c);

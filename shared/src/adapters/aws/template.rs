@@ -1061,7 +1061,11 @@ mod tests {
             // So does the OpenAPI document (same tokens as the reads).
             (
                 "accounts",
-                vec![route("GET", "/accounts"), health, route("GET", "/openapi.json")],
+                vec![
+                    route("GET", "/accounts"),
+                    health,
+                    route("GET", "/openapi.json"),
+                ],
             ),
             ("positions", vec![route("GET", "/positions")]),
             ("orders", vec![route("GET", "/orders")]),
@@ -1155,7 +1159,9 @@ mod tests {
                 let m = method.to_uppercase();
                 check!(
                     out,
-                    routed.iter().any(|e| matches!(e, EventDef::Api { method, path: p }
+                    routed
+                        .iter()
+                        .any(|e| matches!(e, EventDef::Api { method, path: p }
                         if p == path && (method == &m || method == "ANY"))),
                     "{m} {path} is in the OpenAPI document but no function serves it"
                 );
