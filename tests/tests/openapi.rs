@@ -351,5 +351,8 @@ async fn queue_messages_match_their_schema(b: Backend) {
     let mut bad = submit.clone();
     bad["action_type"] = json!("order.cancel");
     bad["normalized_payload"] = json!({"account_id": "ACC-1"});
-    assert!(!queue_schema_violations(&bad).is_empty(), "a cancel needs its order_id");
+    assert!(
+        !queue_schema_violations(&bad).is_empty(),
+        "a cancel needs its order_id"
+    );
 }
