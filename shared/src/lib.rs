@@ -16,6 +16,7 @@ pub mod error;
 pub mod failpoint;
 pub mod handlers;
 pub mod http;
+pub mod metrics;
 pub mod pagination;
 pub mod parse;
 pub mod policy;

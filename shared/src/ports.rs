@@ -398,6 +398,9 @@ pub struct QueueDepth {
     pub in_flight: i64,
     /// Messages in the queue's dead-letter queue.
     pub dead_letters: i64,
+    /// When the oldest message still waiting was sent, if the queue can tell (SQLite;
+    /// SQS publishes `ApproximateAgeOfOldestMessage` to CloudWatch itself).
+    pub oldest_sent_at: Option<crate::domain::Millis>,
 }
 
 /// Signs confirmation tokens (ES256). The local signer holds a P-256 key file; the AWS

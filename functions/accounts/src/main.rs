@@ -7,6 +7,7 @@ use airlock::{app, handlers, http, telemetry};
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
+    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
     let state = app::from_env().await?;
     let routes = handlers::accounts::routes()
         .merge(handlers::health::routes())

@@ -128,12 +128,30 @@ pub async fn serve(
     mut cfg: Config,
     backend: Backend,
     addr: &str,
+    metrics_addr: Option<&str>,
     workers: bool,
 ) -> Result<(), String> {
+    airlock::metrics::registry();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("binding {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    // `/metrics` carries no tokens: only ever on a loopback address.
+    let metrics_listener = match metrics_addr {
+        Some(a) => {
+            let l = tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("binding {a}: {e}"))?;
+            let at = l.local_addr().map_err(|e| e.to_string())?;
+            if !at.ip().is_loopback() {
+                return Err(format!(
+                    "--metrics-addr {at}: /metrics has no authentication; bind it to a loopback address"
+                ));
+            }
+            Some(l)
+        }
+        None => None,
+    };
     // The approval page is served here too: `localhost` is a secure context for passkeys
     // (an IP address cannot be a WebAuthn relying party).
     if cfg.approval_origin.is_none() {
@@ -168,7 +186,22 @@ pub async fn serve(
         state.config.state_dir.display(),
         state.approvals.origin
     );
-    let app = airlock::http::app(airlock::handlers::all(), state);
+    let mut routes = airlock::handlers::all();
+    match metrics_listener {
+        Some(l) => {
+            let at = l.local_addr().map_err(|e| e.to_string())?;
+            println!("metrics at http://{at}{}", airlock::handlers::metrics::PATH);
+            let app = airlock::handlers::metrics::routes().with_state(state.clone());
+            tokio::spawn(async move { axum::serve(l, app).await });
+        }
+        None if local.ip().is_loopback() => {
+            routes = routes.merge(airlock::handlers::metrics::routes());
+        }
+        None => tracing::warn!(
+            "not serving /metrics: the listener is not loopback; pass --metrics-addr 127.0.0.1:PORT"
+        ),
+    }
+    let app = airlock::http::app(routes, state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown())
         .await
@@ -572,4 +605,54 @@ pub async fn operators(
         }
     }
     Ok(())
+}
+
+/// `airlock stats`: scrapes `url` (twice, `window` seconds apart, for throughput) and
+/// prints the table of `airlock::metrics::stats::report`.
+pub async fn stats(url: &str, window: u64) -> Result<(), String> {
+    use airlock::metrics::stats;
+    let first = scrape(url).await?;
+    let report = if window > 0 {
+        tokio::time::sleep(std::time::Duration::from_secs(window)).await;
+        let second = scrape(url).await?;
+        let (a, b) = (stats::parse(&first), stats::parse(&second));
+        stats::report(&b, Some((&a, window as f64)))
+    } else {
+        stats::report(&stats::parse(&first), None)
+    };
+    print!("{report}");
+    Ok(())
+}
+
+/// GET of a plain `http://host:port/path` (the loopback `/metrics`): HTTP/1.1, one request.
+async fn scrape(url: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// URLs (the metrics listener is loopback)"))?;
+    let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
+    let path = if path == "/" {
+        "/".to_string()
+    } else {
+        format!("/{path}")
+    };
+    let mut conn = tokio::net::TcpStream::connect(host)
+        .await
+        .map_err(|e| format!("{url}: {e} (is `airlock serve` running?)"))?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    conn.write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    conn.read_to_end(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{url}: not an HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("{url}: {}", head.lines().next().unwrap_or("")));
+    }
+    Ok(body.to_string())
 }

@@ -41,6 +41,10 @@ enum Command {
     Serve {
         #[arg(long, default_value = "127.0.0.1:3000")]
         addr: String,
+        /// Serve `GET /metrics` (Prometheus text) on this loopback address instead of the
+        /// API's listener (which serves it only when it is itself loopback).
+        #[arg(long)]
+        metrics_addr: Option<String>,
         /// Run the order and job workers in this process (`off` leaves the queues to others).
         #[arg(long, env = "AIRLOCK_WORKERS", default_value = "on", value_parser = ["on", "off"])]
         workers: String,
@@ -102,6 +106,16 @@ enum Command {
     },
     /// Print the confirmation-token public key (PEM) and its key id.
     ConfirmationKey,
+    /// A table of a running server's metrics (`GET /metrics`): per endpoint count and
+    /// p50/p95/p99, plans, execute outcomes and acceptance rate, rejections by code, MCP tool
+    /// calls, workers and their throughput, queues, the kill switch.
+    Stats {
+        #[arg(long, default_value = "http://127.0.0.1:3000/metrics")]
+        url: String,
+        /// Seconds between two scrapes, for the workers' throughput (0: one scrape).
+        #[arg(long, default_value_t = 2)]
+        window: u64,
+    },
     /// Print the API's OpenAPI 3.1 document (what `GET /openapi.json` serves, and
     /// docs/openapi.json).
     Openapi,
@@ -141,8 +155,19 @@ fn main() -> std::process::ExitCode {
         cfg.state_dir = cli.state_dir;
         let backend: airlock::app::Backend = cli.backend.parse()?;
         match cli.command {
-            Command::Serve { addr, workers } => {
-                commands::serve(cfg, backend, &addr, workers == "on").await
+            Command::Serve {
+                addr,
+                metrics_addr,
+                workers,
+            } => {
+                commands::serve(
+                    cfg,
+                    backend,
+                    &addr,
+                    metrics_addr.as_deref(),
+                    workers == "on",
+                )
+                .await
             }
             Command::Token { kind } => commands::token(cfg, kind),
             Command::KillSwitch { action, reason } => {
@@ -168,6 +193,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Policy { action, file } => commands::policy(cfg, backend, &action, file).await,
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
+            Command::Stats { url, window } => commands::stats(&url, window).await,
             Command::Openapi => {
                 print!("{}", airlock::handlers::openapi::text());
                 Ok(())

@@ -6,6 +6,7 @@ use airlock::{app, handlers, http, telemetry};
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
+    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
     let state = app::from_env().await?;
     lambda_http::run(http::app(handlers::orders::routes(), state)).await
 }

@@ -8,11 +8,14 @@ use lambda_runtime::{run, service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     telemetry::init();
+    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
     let sweeper = app::from_env().await?.sweeper;
     let sweeper = sweeper.as_ref();
     run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            let sent = sweeper.sweep_once().await.map_err(|e| e.to_string())?;
+            let sent = sweeper.sweep_once().await;
+            airlock::metrics::flush_emf();
+            let sent = sent.map_err(|e| e.to_string())?;
             Ok::<_, lambda_runtime::Error>(serde_json::json!({ "sent": sent }))
         },
     ))

@@ -10,6 +10,7 @@ use lambda_runtime::{run, service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     telemetry::init();
+    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
     let app = app::from_env().await?;
     let (consumer, retry_ms) = (app.consumer(), app.config.worker_retry_ms);
     let consumer = &consumer;

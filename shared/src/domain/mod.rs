@@ -93,6 +93,16 @@ string_enum!(ActionStatus {
 });
 string_enum!(QueueTarget { Orders => "worker:orders", Jobs => "worker:jobs" });
 
+impl QueueTarget {
+    /// The queue's short name (`orders`, `jobs`): metric labels, `airlock queues`.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            QueueTarget::Orders => "orders",
+            QueueTarget::Jobs => "jobs",
+        }
+    }
+}
+
 impl ActionStatus {
     /// `succeeded`, `failed` (and the reserved `rejected`): nothing will change any more.
     pub fn is_final(self) -> bool {

@@ -10,6 +10,7 @@ pub mod execute;
 pub mod health;
 pub mod jobs;
 pub mod mcp;
+pub mod metrics;
 pub mod openapi;
 pub mod orders;
 pub mod plan;

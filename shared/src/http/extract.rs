@@ -502,7 +502,7 @@ mod tests {
     fn malformed_json_is_still_reported_as_such() {
         for bad in ["{\"a\":", "[1,]", "{\"a\":1} x", "\"\\ud800\""] {
             let e = parse_json::<serde_json::Value>(bad.as_bytes()).unwrap_err();
-            assert_eq!(e.details[0].field, "", "{bad}");
+            assert_eq!(e.details[0].field, "/", "{bad}");
             assert!(e.message.contains("not valid JSON"), "{bad}: {}", e.message);
         }
     }

@@ -38,7 +38,16 @@ pub fn app(routes: Router<AppState>, state: AppState) -> Router {
         })
         .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::middleware::from_fn(observe::observe))
+        .layer(axum::middleware::from_fn(flush_metrics))
         .with_state(state)
+}
+
+/// On Lambda, the metrics of the invocation go out as EMF once its answer is made (a no-op
+/// in `airlock serve`, which serves them at `/metrics`).
+async fn flush_metrics(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let resp = next.run(req).await;
+    crate::metrics::flush_emf();
+    resp
 }
 
 /// The safety net under every route: an error response that is not the contract's JSON

@@ -40,6 +40,12 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
+    // The route as registered (`/actions/{action_id}`), never the raw path: metric labels
+    // carry no ids. A path no route matched is `unmatched`.
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched".to_string(), |m| m.as_str().to_string());
     let slot = Arc::new(CallerSlot::default());
     req.extensions_mut().insert(slot.clone());
     let span =
@@ -63,6 +69,14 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert("x-request-id", v);
     }
+    let elapsed = start.elapsed();
+    metrics::histogram!(
+        crate::metrics::HTTP_DURATION,
+        "route" => route,
+        "method" => method.clone(),
+        "status" => resp.status().as_u16().to_string()
+    )
+    .record(elapsed.as_secs_f64());
     let (operator, service) = slot.who.get().cloned().unwrap_or_default();
     let _g = span.enter();
     tracing::info!(
@@ -70,7 +84,7 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         method = %method,
         path = %path,
         status = resp.status().as_u16(),
-        latency_ms = start.elapsed().as_secs_f64() * 1000.0,
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
         operator = %operator,
         service_principal = %service,
         backend_calls = %calls.join(","),

@@ -134,6 +134,8 @@ struct Ctx<'a> {
     /// The last commit failed ambiguously (the write may have happened): if the key is not
     /// found ours on the next read, this is the answer.
     unsure: Mutex<Option<ApiError>>,
+    /// The plan's action type once a read found the plan (the metrics' label).
+    action_type: Mutex<Option<ActionType>>,
 }
 
 /// One commit attempt of this request.
@@ -351,19 +353,51 @@ async fn execute(
         scope: crate::records::key_scope(&caller.service.sub, &caller.operator.sub),
         mine: Mutex::new(Vec::new()),
         unsure: Mutex::new(None),
+        action_type: Mutex::new(None),
     };
+    let result = execute_rounds(&ctx).await;
+    let action_type = ctx
+        .action_type
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .map_or("unknown", ActionType::as_str);
+    record_metrics(action_type, &result);
+    result
+}
+
+async fn execute_rounds(ctx: &Ctx<'_>) -> Result<ExecuteOutcome, ApiError> {
     // Acting for another operator is the clearest sign of an agent overreaching: audited.
-    if let Err(e) = caller.check_requested_by(&req.requested_by) {
+    if let Err(e) = ctx.caller.check_requested_by(&ctx.req.requested_by) {
         return Err(ctx.reject(e, None).await);
     }
     for _ in 0..MAX_ROUNDS {
-        if let Some(done) = round(&ctx).await? {
+        if let Some(done) = round(ctx).await? {
             return Ok(done);
         }
     }
     Err(ApiError::unavailable(
         "execute: too many conflicting concurrent writes",
     ))
+}
+
+/// `airlock_execute_requests_total{action_type, outcome}` and, for a rejection (the
+/// contract's `status: rejected` answers), `airlock_execute_rejections_total{action_type,
+/// code}`. A malformed request, a refused caller or an outage is neither: those are the
+/// HTTP metrics' statuses. `action_type` is `unknown` when no plan was found.
+fn record_metrics(action_type: &'static str, result: &Result<ExecuteOutcome, ApiError>) {
+    use crate::metrics::{EXECUTE_REJECTIONS, EXECUTE_REQUESTS};
+    let outcome = match result {
+        Ok(ExecuteOutcome::Queued(_)) => "queued",
+        Ok(ExecuteOutcome::Duplicate(_)) => "duplicate",
+        Err(e) if e.code.is_execute_rejection() => {
+            metrics::counter!(EXECUTE_REJECTIONS, "action_type" => action_type, "code" => e.code.as_str())
+                .increment(1);
+            "rejected"
+        }
+        Err(_) => return,
+    };
+    metrics::counter!(EXECUTE_REQUESTS, "action_type" => action_type, "outcome" => outcome)
+        .increment(1);
 }
 
 /// One read-decide-commit round. `Ok(None)`: a condition changed under us; go again.
@@ -383,6 +417,12 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
             now,
         )
         .await?;
+
+    if let Some(p) = &snap.plan {
+        *ctx.action_type
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(p.action_type);
+    }
 
     // Our last commit failed ambiguously: the key says whether it happened.
     let unsure = ctx.take_unsure();

@@ -351,7 +351,18 @@ impl Planner {
         req: PlanRequest,
         request_id: &str,
     ) -> Result<PlanResponse, ApiError> {
-        plan(self, caller, req, request_id).await
+        let result = plan(self, caller, req, request_id).await;
+        // `airlock_plan_requests_total{action_type, executable}`: plans made (a refused
+        // request is the HTTP metrics' status, not a plan).
+        if let Ok(p) = &result {
+            metrics::counter!(
+                crate::metrics::PLAN_REQUESTS,
+                "action_type" => p.action_type.as_str(),
+                "executable" => if p.executable { "true" } else { "false" }
+            )
+            .increment(1);
+        }
+        result
     }
 }
 

@@ -296,6 +296,25 @@ impl Tools {
         args: Value,
         facts: &ToolFacts,
     ) -> Result<ToolOutcome, ApiError> {
+        let result = self.run(caller, tool, args, facts).await;
+        // `airlock_mcp_tool_calls_total{tool, outcome}`: the agent's tool error rate.
+        let outcome = match &result {
+            Ok(ToolOutcome::Done { .. }) => "ok",
+            Ok(ToolOutcome::NeedsApproval { .. }) => "approval_required",
+            Err(_) => "error",
+        };
+        metrics::counter!(crate::metrics::MCP_TOOL_CALLS, "tool" => tool.name, "outcome" => outcome)
+            .increment(1);
+        result
+    }
+
+    async fn run(
+        &self,
+        caller: &Caller,
+        tool: &ToolDef,
+        args: Value,
+        facts: &ToolFacts,
+    ) -> Result<ToolOutcome, ApiError> {
         caller.require(tool.permission)?;
         let args = if args.is_null() { json!({}) } else { args };
         match tool.name {

@@ -79,5 +79,6 @@ pub async fn handle_batch(
             response.batch_item_failures.push(f);
         }
     }
+    crate::metrics::flush_emf();
     response
 }

@@ -114,6 +114,24 @@ impl Worker {
 }
 
 async fn handle(st: &Worker, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
+    let result = handle_message(st, body, last_attempt).await;
+    // `airlock_worker_messages_total{queue, outcome}`: `retried` is a fault (the message
+    // stays on its queue), the others delete it.
+    let queue = serde_json::from_str::<QueueMessage>(body)
+        .map_or("unknown", |m| m.action_type.queue_target().short_name());
+    let outcome = match &result {
+        Ok(Outcome::Succeeded) => "succeeded",
+        Ok(Outcome::Failed(_)) => "failed",
+        Ok(Outcome::AlreadyDone) => "already_done",
+        Ok(Outcome::Refused(_)) => "refused",
+        Err(_) => "retried",
+    };
+    metrics::counter!(crate::metrics::WORKER_MESSAGES, "queue" => queue, "outcome" => outcome)
+        .increment(1);
+    result
+}
+
+async fn handle_message(st: &Worker, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
     let action_id = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["action_id"].as_str().map(String::from))
@@ -261,15 +279,21 @@ async fn process(st: &Worker, body: &str) -> Result<Outcome, ApiError> {
         Outcome::Failed(why) => (ActionStatus::Failed, Some(why.as_str())),
         _ => (ActionStatus::Succeeded, None),
     };
+    let settled_at = st.clock.now_ms();
     st.store
         .set_action_status(
             &msg.action_id,
             &[ActionStatus::Queued, ActionStatus::Processing],
             status,
             error,
-            st.clock.now_ms(),
+            settled_at,
         )
         .await?;
+    if msg.action_type == ActionType::OrderSubmitCl {
+        // Accept (the execute) to the order's first terminal answer from this worker.
+        metrics::histogram!(crate::metrics::ORDER_LATENCY)
+            .record((settled_at - action.created_at).max(0) as f64 / 1000.0);
+    }
     Ok(outcome)
 }
 
@@ -324,12 +348,19 @@ async fn give_up(st: &Worker, body: &str, e: &ApiError) {
         ),
     };
     let from = [ActionStatus::Queued, ActionStatus::Processing];
-    if let Err(err) = st
+    match st
         .store
         .set_action_status(&action.action_id, &from, status, error.as_deref(), now)
         .await
     {
-        tracing::error!(error = %err, "could not settle the action");
+        // `airlock_dead_letters_total{queue}`: messages that went (or, on a last attempt,
+        // are going) to their dead-letter queue, whose action was settled as failed here.
+        Ok(_) => metrics::counter!(
+            crate::metrics::DEAD_LETTERED,
+            "queue" => action.queue_target.short_name()
+        )
+        .increment(1),
+        Err(err) => tracing::error!(error = %err, "could not settle the action"),
     }
     if let Some(job_id) = &action.resource_refs.job_id {
         let why = error.unwrap_or_else(|| format!("processing failed: {cause}"));

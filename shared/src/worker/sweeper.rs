@@ -82,12 +82,25 @@ async fn sweep_once(st: &Sweeper) -> Result<usize, ApiError> {
         |a: &ActionRecord| a.action_id.clone(),
         |action: ActionRecord| async move {
             let span = tracing::info_span!("sweep", action_id = %action.action_id);
-            sweep_action(st, &action, now).instrument(span).await
+            let swept = sweep_action(st, &action, now).instrument(span).await;
+            if matches!(swept, Ok(Swept::Sent)) {
+                let queue = action.queue_target.short_name();
+                metrics::counter!(crate::metrics::SWEEPER_RESENDS, "queue" => queue).increment(1);
+            }
+            swept
         },
     )
     .await;
-    // An error of either part does not stop the other; the first is returned.
+    // The kill switch gauge, once a pass (on Lambda, the only process that reads it on a
+    // schedule; `airlock serve` also reads it when `/metrics` is scraped).
+    let control = st.worker.control.get_control().await;
+    if let Ok(c) = &control {
+        let engaged = if c.trade_execute_enabled { 0.0 } else { 1.0 };
+        metrics::gauge!(crate::metrics::KILL_SWITCH).set(engaged);
+    }
+    // An error of any part does not stop the others; the first is returned.
     dead?;
+    control?;
     sent
 }
 

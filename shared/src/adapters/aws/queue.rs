@@ -294,6 +294,7 @@ impl Queue for Aws {
                 waiting: get(A::ApproximateNumberOfMessages),
                 in_flight: get(A::ApproximateNumberOfMessagesNotVisible),
                 dead_letters: dead,
+                oldest_sent_at: None,
             });
         }
         Ok(out)

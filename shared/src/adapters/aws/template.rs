@@ -2,7 +2,9 @@
 //! AWS resource shapes. `airlock bootstrap` creates tables, indexes, TTL attributes, queues
 //! and the signing key from it (see [`bootstrap`](super::bootstrap)), and the tests below
 //! check it against what the code expects ([`shapes`](super::shapes)): keys, indexes, TTL
-//! attributes, queues, the key, and the environment of every function.
+//! attributes, queues, the key, and the environment of every function; and the
+//! observability side (the dashboard, the metric alarms, X-Ray tracing) against the metrics
+//! the functions emit.
 //!
 //! CloudFormation's short-form tags (`!Ref`, `!Sub`, `!GetAtt`, `!If`, ...) and their long
 //! forms (`Ref:`, `Fn::Sub:`, ...) are both understood, as far as this module needs them.
@@ -133,6 +135,8 @@ pub struct FunctionDef {
     pub role: Option<String>,
     /// Logical id of the log group it writes (`LoggingConfig.LogGroup: !Ref X`).
     pub log_group: Option<String>,
+    /// `Tracing` as written (the function's own, else `Globals.Function`'s).
+    pub tracing: Option<Value>,
 }
 
 /// A resource an IAM statement names, as written.
@@ -182,6 +186,10 @@ pub struct RoleDef {
     pub managed_policies: Vec<String>,
     /// `ManagedPolicyArns` given as ARNs (AWS managed policies), as written.
     pub external_policies: Vec<String>,
+    /// The statements of inline policies written `!If [Condition, policy, !Ref
+    /// AWS::NoValue]`, each with its condition: in force only when it holds, hence not in
+    /// `statements` (what the role allows whatever the parameters say).
+    pub conditional_statements: Vec<(String, StatementDef)>,
 }
 
 /// An `AWS::IAM::ManagedPolicy` of the template.
@@ -189,6 +197,21 @@ pub struct RoleDef {
 pub struct ManagedPolicyDef {
     pub logical_id: String,
     pub statements: Vec<StatementDef>,
+}
+
+/// An `AWS::CloudWatch::Alarm`: its properties as written.
+#[derive(Debug, Clone)]
+pub struct AlarmDef {
+    pub logical_id: String,
+    pub properties: Value,
+}
+
+/// An `AWS::CloudWatch::Dashboard`.
+#[derive(Debug, Clone)]
+pub struct DashboardDef {
+    pub logical_id: String,
+    /// `DashboardBody` as written: JSON, or a `!Sub` pattern that is JSON once substituted.
+    pub body_pattern: Option<String>,
 }
 
 /// What the template declares, in declaration order.
@@ -204,6 +227,12 @@ pub struct Template {
     pub managed_policies: Vec<ManagedPolicyDef>,
     /// Each parameter's `Default`, if it has one.
     pub parameters: BTreeMap<String, Option<String>>,
+    /// Each parameter's `AllowedValues`, if it has them.
+    pub allowed_values: BTreeMap<String, Vec<String>>,
+    /// `Conditions`, as written.
+    pub conditions: BTreeMap<String, Value>,
+    pub alarms: Vec<AlarmDef>,
+    pub dashboards: Vec<DashboardDef>,
 }
 
 impl Template {
@@ -488,6 +517,10 @@ fn function(id: &str, res: &Value, globals: Option<&Value>) -> Result<FunctionDe
         .and_then(|p| field(p, "LoggingConfig"))
         .and_then(|l| field(l, "LogGroup"))
         .and_then(referenced_id);
+    let tracing = p
+        .and_then(|p| field(p, "Tracing"))
+        .or_else(|| globals.and_then(|g| field(g, "Tracing")))
+        .cloned();
     Ok(FunctionDef {
         logical_id: id.to_string(),
         build_method: meta.and_then(|m| text(m, "BuildMethod")),
@@ -502,6 +535,7 @@ fn function(id: &str, res: &Value, globals: Option<&Value>) -> Result<FunctionDe
         events,
         role,
         log_group,
+        tracing,
     })
 }
 
@@ -634,9 +668,29 @@ fn statements(doc: Option<&Value>, ctx: &str) -> Result<Vec<StatementDef>, Strin
 
 fn role(id: &str, p: &Value) -> Result<RoleDef, String> {
     let mut stmts = Vec::new();
+    let mut conditional = Vec::new();
     for (i, pol) in seq(p, "Policies").iter().enumerate() {
         let ctx = format!("{id}.Policies[{i}]");
-        stmts.extend(statements(field(pol, "PolicyDocument"), &ctx)?);
+        match intrinsic(pol) {
+            Some((n, arg)) if n == "If" => {
+                let branches = arg.as_sequence().map(Vec::as_slice);
+                let Some([cond, policy, otherwise]) = branches else {
+                    return Err(format!("{ctx}: !If needs [condition, policy, otherwise]"));
+                };
+                let cond = cond
+                    .as_str()
+                    .ok_or(format!("{ctx}: !If needs a condition name"))?;
+                if referenced_id(otherwise).as_deref() != Some("AWS::NoValue") {
+                    return Err(format!(
+                        "{ctx}: only !If [condition, policy, !Ref AWS::NoValue] is understood"
+                    ));
+                }
+                for st in statements(field(policy, "PolicyDocument"), &ctx)? {
+                    conditional.push((cond.to_string(), st));
+                }
+            }
+            _ => stmts.extend(statements(field(pol, "PolicyDocument"), &ctx)?),
+        }
     }
     let (mut managed, mut external) = (Vec::new(), Vec::new());
     for m in seq(p, "ManagedPolicyArns") {
@@ -650,6 +704,7 @@ fn role(id: &str, p: &Value) -> Result<RoleDef, String> {
         statements: stmts,
         managed_policies: managed,
         external_policies: external,
+        conditional_statements: conditional,
     })
 }
 
@@ -665,6 +720,25 @@ pub fn parse(yaml: &str) -> Result<Template, String> {
         for (name, p) in params {
             if let Some(name) = name.as_str() {
                 t.parameters.insert(name.to_string(), text(p, "Default"));
+                if field(p, "AllowedValues").is_some() {
+                    let values = seq(p, "AllowedValues")
+                        .iter()
+                        .filter_map(|v| match v {
+                            Value::String(s) => Some(s.clone()),
+                            Value::Number(n) => Some(n.to_string()),
+                            Value::Bool(b) => Some(b.to_string()),
+                            _ => None,
+                        })
+                        .collect();
+                    t.allowed_values.insert(name.to_string(), values);
+                }
+            }
+        }
+    }
+    if let Some(conditions) = field(&doc, "Conditions").and_then(Value::as_mapping) {
+        for (name, c) in conditions {
+            if let Some(name) = name.as_str() {
+                t.conditions.insert(name.to_string(), c.clone());
             }
         }
     }
@@ -701,6 +775,14 @@ pub fn parse(yaml: &str) -> Result<Template, String> {
             Some("AWS::Serverless::Function") => {
                 t.functions.push(function(id, res, globals).map_err(wrap)?);
             }
+            Some("AWS::CloudWatch::Alarm") => t.alarms.push(AlarmDef {
+                logical_id: id.to_string(),
+                properties: props.clone(),
+            }),
+            Some("AWS::CloudWatch::Dashboard") => t.dashboards.push(DashboardDef {
+                logical_id: id.to_string(),
+                body_pattern: field(props, "DashboardBody").and_then(string_or_sub),
+            }),
             _ => {}
         }
     }
@@ -965,6 +1047,8 @@ mod tests {
     }
 
     /// `AIRLOCK_*` variables the template sets that the code does not read yet.
+    /// The metrics module (`shared/src/metrics.rs`, in the works) reads these two: once it
+    /// has landed, add it to the sources below and empty this list.
     const NOT_READ_YET: &[&str] = &[];
 
     fn environment_problems(t: &Template) -> Vec<String> {
@@ -972,6 +1056,7 @@ mod tests {
         let code = [
             include_str!("../../config.rs"),
             include_str!("../../app.rs"),
+            include_str!("../../metrics.rs"),
             include_str!("shapes.rs"),
         ]
         .concat();
@@ -1024,6 +1109,17 @@ mod tests {
                     .and_then(Value::as_str)
                     .is_some_and(|d| d.starts_with("/tmp/")),
                 "{id}: AIRLOCK_STATE_DIR must be writable in Lambda (under /tmp)"
+            );
+            // Every function writes its metrics as EMF, in the stack's namespace.
+            check!(
+                out,
+                f.env.get("AIRLOCK_METRICS").and_then(Value::as_str) == Some("emf"),
+                "{id}: AIRLOCK_METRICS must be emf"
+            );
+            check!(
+                out,
+                ref_to(f.env.get("AIRLOCK_METRICS_NAMESPACE")).as_deref() == Some(NAMESPACE_PARAM),
+                "{id}: AIRLOCK_METRICS_NAMESPACE must be !Ref {NAMESPACE_PARAM}"
             );
             if f.events.iter().any(|e| matches!(e, EventDef::Api { .. })) {
                 let ignore = f.env.get("AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH");
@@ -1170,6 +1266,771 @@ mod tests {
         out
     }
 
+    // -------------------------------------------------------------------------------------
+    // Observability: the dashboard and the metric alarms read what the functions emit, and
+    // X-Ray tracing is a parameter.
+
+    /// The parameter that names the metrics' namespace.
+    const NAMESPACE_PARAM: &str = "MetricsNamespace";
+
+    /// The metrics the functions emit as EMF (`AIRLOCK_METRICS=emf`), each with the dimension
+    /// sets it is emitted under (`function` is the binary's name). CloudWatch keeps one metric
+    /// per dimension set and matches dimensions exactly: a panel or an alarm reads nothing
+    /// unless it names one of these sets.
+    const EMITTED: &[(&str, &[&[&str]])] = &[
+        (
+            "airlock_plan_requests_total",
+            &[
+                &["function", "action_type", "executable"],
+                &["action_type"],
+                &[],
+            ],
+        ),
+        (
+            "airlock_execute_requests_total",
+            &[&["function", "action_type", "outcome"], &["outcome"]],
+        ),
+        (
+            "airlock_execute_rejections_total",
+            &[&["function", "action_type", "code"], &["code"]],
+        ),
+        (
+            "airlock_http_request_duration_seconds",
+            &[
+                &["function", "route", "method", "status"],
+                &["route", "method"],
+            ],
+        ),
+        (
+            "airlock_mcp_tool_calls_total",
+            &[&["function", "tool", "outcome"], &["outcome"]],
+        ),
+        (
+            "airlock_worker_messages_total",
+            &[&["function", "queue", "outcome"], &["queue", "outcome"]],
+        ),
+        ("airlock_order_latency_seconds", &[&["function"], &[]]),
+        (
+            "airlock_sweeper_resends_total",
+            &[&["function", "queue"], &["queue"]],
+        ),
+        (
+            "airlock_dead_letters_total",
+            &[&["function", "queue"], &["queue"]],
+        ),
+        ("airlock_kill_switch_engaged", &[&[]]),
+        ("airlock_lambda_cold_starts_total", &[&["function"]]),
+    ];
+
+    /// Whether `metric` is emitted with exactly the dimensions `dims`.
+    fn emitted_under(metric: &str, dims: &BTreeSet<String>) -> Result<(), String> {
+        match EMITTED.iter().find(|(m, _)| *m == metric) {
+            None => Err(format!("{metric} is no metric the functions emit")),
+            Some((_, sets))
+                if sets
+                    .iter()
+                    .any(|s| s.len() == dims.len() && s.iter().all(|d| dims.contains(*d))) =>
+            {
+                Ok(())
+            }
+            Some(_) => Err(format!(
+                "{metric} is not emitted with the dimensions {dims:?}"
+            )),
+        }
+    }
+
+    /// The dashboard body, substituted: parameters by their defaults, the region by
+    /// `us-east-1`, `${Queue.QueueName}` by `queue:<logical id>` (so the checks see which
+    /// queue a panel reads); anything else is a problem.
+    fn dashboard_body(t: &Template, pattern: &str) -> Result<serde_json::Value, String> {
+        let mut out = String::new();
+        let mut rest = pattern;
+        while let Some(i) = rest.find("${") {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + 2..];
+            let end = after.find('}').ok_or("an unclosed ${")?;
+            let var = &after[..end];
+            let value = if let Some(literal) = var.strip_prefix('!') {
+                format!("${{{literal}}}")
+            } else if var == "AWS::Region" {
+                "us-east-1".to_string()
+            } else if let Some(Some(default)) = t.parameters.get(var) {
+                default.clone()
+            } else if let Some(q) = var
+                .strip_suffix(".QueueName")
+                .filter(|q| t.queue(q).is_some())
+            {
+                format!("queue:{q}")
+            } else {
+                return Err(format!(
+                    "${{{var}}} is no parameter with a default, the region or a queue's name"
+                ));
+            };
+            out.push_str(&value);
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        serde_json::from_str(&out).map_err(|e| format!("not JSON once substituted: {e}"))
+    }
+
+    /// One line of a metric panel's `metrics`.
+    #[derive(Debug)]
+    enum Series {
+        /// `[namespace, name, dimension, value, ..., {options}]`.
+        Metric {
+            namespace: String,
+            name: String,
+            dims: BTreeMap<String, String>,
+            id: Option<String>,
+        },
+        /// `[{"expression": ..., "id": ...}]`.
+        Expression {
+            id: Option<String>,
+            expression: String,
+        },
+    }
+
+    impl Series {
+        fn id(&self) -> Option<&str> {
+            match self {
+                Series::Metric { id, .. } | Series::Expression { id, .. } => id.as_deref(),
+            }
+        }
+    }
+
+    fn series(row: &serde_json::Value) -> Result<Series, String> {
+        let items = row.as_array().ok_or("not an array")?;
+        let (options, fields) = match items.split_last() {
+            Some((o @ serde_json::Value::Object(_), fields)) => (Some(o), fields),
+            _ => (None, items.as_slice()),
+        };
+        let id = options.and_then(|o| o["id"].as_str()).map(String::from);
+        if fields.is_empty() {
+            let expression = options
+                .and_then(|o| o["expression"].as_str())
+                .ok_or("neither a metric nor an expression")?;
+            return Ok(Series::Expression {
+                id,
+                expression: expression.to_string(),
+            });
+        }
+        let texts: Vec<&str> = fields
+            .iter()
+            .map(|f| f.as_str().ok_or("a metric's fields are strings"))
+            .collect::<Result<_, _>>()?;
+        if texts.len() < 2 || !texts.len().is_multiple_of(2) {
+            return Err("want [namespace, name, (dimension, value)..., {options}]".into());
+        }
+        if texts.contains(&".") {
+            return Err("the \".\" shorthand: write the metric out".into());
+        }
+        Ok(Series::Metric {
+            namespace: texts[0].to_string(),
+            name: texts[1].to_string(),
+            dims: texts[2..]
+                .chunks(2)
+                .map(|c| (c[0].to_string(), c[1].to_string()))
+                .collect(),
+            id,
+        })
+    }
+
+    /// The ids a metric math expression reads: its words that start with a lower-case
+    /// letter (ids must; functions such as FILL, IF and SEARCH are upper case), outside
+    /// single quotes (SEARCH's query and statistic).
+    fn expression_ids(expression: &str) -> BTreeSet<String> {
+        let mut unquoted = String::new();
+        for (i, part) in expression.split('\'').enumerate() {
+            if i % 2 == 0 {
+                unquoted.push_str(part);
+                unquoted.push(' ');
+            }
+        }
+        unquoted
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with(|c: char| c.is_ascii_lowercase()))
+            .map(String::from)
+            .collect()
+    }
+
+    /// `SEARCH('{"namespace",dimension,...} MetricName="name"', 'statistic', period)`.
+    #[derive(Debug)]
+    struct Search {
+        namespace: String,
+        dims: BTreeSet<String>,
+        metric: String,
+        stat: String,
+    }
+
+    /// The SEARCH of an expression, if it has one.
+    fn search(expression: &str) -> Option<Result<Search, String>> {
+        let (_, rest) = expression.split_once("SEARCH('")?;
+        let parse = || -> Result<Search, String> {
+            let (schema, rest) = rest
+                .strip_prefix('{')
+                .and_then(|r| r.split_once('}'))
+                .ok_or("no {namespace,dimensions} schema")?;
+            let mut parts = schema.split(',').map(|p| p.trim().trim_matches('"'));
+            let namespace = parts.next().unwrap_or_default().to_string();
+            let dims = parts.map(String::from).collect();
+            let (query, rest) = rest.split_once('\'').ok_or("an unclosed query")?;
+            let metric = query
+                .split_once("MetricName=\"")
+                .and_then(|(_, m)| m.split_once('"'))
+                .map(|(m, _)| m.to_string())
+                .ok_or("no MetricName=\"...\" in the query")?;
+            let stat = rest
+                .trim_start()
+                .strip_prefix(',')
+                .map(str::trim_start)
+                .and_then(|r| r.strip_prefix('\''))
+                .and_then(|r| r.split_once('\''))
+                .map(|(s, _)| s.to_string())
+                .ok_or("no statistic")?;
+            Ok(Search {
+                namespace,
+                dims,
+                metric,
+                stat,
+            })
+        };
+        Some(parse())
+    }
+
+    /// The `outcome`s of `metric` that the series of `ids` read (the ids of `panel`).
+    fn outcomes_read(
+        ids: &BTreeSet<String>,
+        panel: &BTreeMap<&str, &Series>,
+        metric: &str,
+    ) -> BTreeSet<String> {
+        ids.iter()
+            .filter_map(|i| match panel.get(i.as_str()) {
+                Some(Series::Metric { name, dims, .. }) if name == metric => {
+                    dims.get("outcome").cloned()
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether `expression` is `100 * <numerator> / <denominator>` with a numerator that
+    /// reads exactly the outcomes `part` of `metric` and a denominator that reads `all`.
+    fn is_percent(
+        expression: &str,
+        panel: &BTreeMap<&str, &Series>,
+        metric: &str,
+        part: &[&str],
+        all: &[&str],
+    ) -> bool {
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let Some((numerator, denominator)) = expression
+            .strip_prefix("100 * ")
+            .and_then(|e| e.split_once(" / "))
+        else {
+            return false;
+        };
+        outcomes_read(&expression_ids(numerator), panel, metric) == set(part)
+            && outcomes_read(&expression_ids(denominator), panel, metric) == set(all)
+    }
+
+    fn dashboard_problems(t: &Template) -> Vec<String> {
+        let mut out = Vec::new();
+        let [d] = t.dashboards.as_slice() else {
+            out.push(format!("{} dashboards, want one", t.dashboards.len()));
+            return out;
+        };
+        let id = &d.logical_id;
+        let body = match d.body_pattern.as_deref().map(|p| dashboard_body(t, p)) {
+            Some(Ok(body)) => body,
+            Some(Err(e)) => return vec![format!("{id}: DashboardBody: {e}")],
+            None => return vec![format!("{id}: no DashboardBody")],
+        };
+        let namespace = t
+            .parameters
+            .get(NAMESPACE_PARAM)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        let mut shown = BTreeSet::new();
+        let mut sqs = BTreeSet::new();
+        let mut searches = Vec::new();
+        let (mut acceptance, mut mcp_errors) = (false, false);
+        let widgets = body["widgets"].as_array().cloned().unwrap_or_default();
+        check!(out, !widgets.is_empty(), "{id}: no widgets");
+        for (i, w) in widgets.iter().enumerate() {
+            let props = &w["properties"];
+            let at = format!(
+                "{id} widget {i} ({})",
+                props["title"].as_str().unwrap_or("")
+            );
+            if w["type"] != "metric" {
+                continue;
+            }
+            check!(
+                out,
+                props["region"] == "us-east-1",
+                "{at}: region must be ${{AWS::Region}}"
+            );
+            let Some(rows) = props["metrics"].as_array() else {
+                out.push(format!("{at}: no metrics"));
+                continue;
+            };
+            let mut lines = Vec::new();
+            for row in rows {
+                match series(row) {
+                    Ok(s) => lines.push(s),
+                    Err(e) => out.push(format!("{at}: {e}: {row}")),
+                }
+            }
+            let panel: BTreeMap<&str, &Series> =
+                lines.iter().filter_map(|s| Some((s.id()?, s))).collect();
+            for s in &lines {
+                match s {
+                    Series::Metric {
+                        namespace: ns,
+                        name,
+                        dims,
+                        ..
+                    } if *ns == namespace => {
+                        let names = dims.keys().cloned().collect();
+                        if let Err(e) = emitted_under(name, &names) {
+                            out.push(format!("{at}: {e}"));
+                        }
+                        shown.insert(name.clone());
+                    }
+                    Series::Metric {
+                        namespace: ns,
+                        name,
+                        dims,
+                        ..
+                    } if ns == "AWS/SQS" => {
+                        match dims.get("QueueName").and_then(|q| q.strip_prefix("queue:")) {
+                            Some(q) if dims.len() == 1 => {
+                                sqs.insert((name.clone(), q.to_string()));
+                            }
+                            _ => out.push(format!(
+                                "{at}: {name}: QueueName must be a queue's ${{X.QueueName}}"
+                            )),
+                        }
+                    }
+                    Series::Metric { namespace: ns, .. } => out.push(format!(
+                        "{at}: namespace {ns}, want ${{{NAMESPACE_PARAM}}} or AWS/SQS"
+                    )),
+                    Series::Expression { expression, .. } => match search(expression) {
+                        Some(Ok(q)) => {
+                            check!(
+                                out,
+                                q.namespace == namespace,
+                                "{at}: SEARCH in {}, want ${{{NAMESPACE_PARAM}}}",
+                                q.namespace
+                            );
+                            if let Err(e) = emitted_under(&q.metric, &q.dims) {
+                                out.push(format!("{at}: SEARCH: {e}"));
+                            }
+                            shown.insert(q.metric.clone());
+                            searches.push((q.metric, q.dims, q.stat));
+                        }
+                        Some(Err(e)) => out.push(format!("{at}: {expression}: {e}")),
+                        None => {
+                            for u in expression_ids(expression) {
+                                check!(
+                                    out,
+                                    panel.contains_key(u.as_str()),
+                                    "{at}: {expression} reads {u}, no series of the panel"
+                                );
+                            }
+                            let all = ["queued", "duplicate", "rejected"];
+                            acceptance |= is_percent(
+                                expression,
+                                &panel,
+                                "airlock_execute_requests_total",
+                                &["queued"],
+                                &all,
+                            );
+                            mcp_errors |= is_percent(
+                                expression,
+                                &panel,
+                                "airlock_mcp_tool_calls_total",
+                                &["error"],
+                                &["error", "ok"],
+                            );
+                        }
+                    },
+                }
+            }
+        }
+        for (metric, _) in EMITTED {
+            check!(
+                out,
+                shown.contains(*metric),
+                "{id}: no panel shows {metric}"
+            );
+        }
+        check!(
+            out,
+            acceptance,
+            "{id}: no acceptance rate, 100 * queued / (queued + duplicate + rejected)"
+        );
+        check!(
+            out,
+            mcp_errors,
+            "{id}: no MCP tool error rate, 100 * error / (error + ok)"
+        );
+        let searched = |metric: &str, dims: &[&str], stat: &str| {
+            searches.iter().any(|(m, d, s)| {
+                m == metric && s == stat && d == &dims.iter().map(|x| x.to_string()).collect()
+            })
+        };
+        for stat in ["p95", "p99"] {
+            check!(
+                out,
+                searched(
+                    "airlock_http_request_duration_seconds",
+                    &["route", "method"],
+                    stat
+                ),
+                "{id}: no {stat} latency per endpoint (SEARCH over route, method)"
+            );
+        }
+        check!(
+            out,
+            searched("airlock_execute_rejections_total", &["code"], "Sum"),
+            "{id}: no rejections by code (SEARCH over code)"
+        );
+        // The work queues' lag and depth, and their dead-letter queues' depth.
+        for q in shapes::QUEUES {
+            let work = q.logical_id.to_string();
+            for metric in [
+                "ApproximateAgeOfOldestMessage",
+                "ApproximateNumberOfMessagesVisible",
+            ] {
+                check!(
+                    out,
+                    sqs.contains(&(metric.to_string(), work.clone())),
+                    "{id}: no {metric} of {work}"
+                );
+            }
+            if let Some(r) = t.queue(&work).and_then(|q| q.redrive.as_ref()) {
+                check!(
+                    out,
+                    sqs.contains(&(
+                        "ApproximateNumberOfMessagesVisible".to_string(),
+                        r.dead_letter.clone()
+                    )),
+                    "{id}: no ApproximateNumberOfMessagesVisible of {}",
+                    r.dead_letter
+                );
+            }
+        }
+        out
+    }
+
+    /// `[{Name: n, Value: v}, ...]` as written (a value that is no literal reads `?`).
+    fn dimensions(v: Option<&Value>) -> BTreeMap<String, String> {
+        v.and_then(Value::as_sequence)
+            .map(|dims| {
+                dims.iter()
+                    .map(|d| {
+                        (
+                            text(d, "Name").unwrap_or_default(),
+                            text(d, "Value").unwrap_or_else(|| "?".into()),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn alarm_problems(t: &Template) -> Vec<String> {
+        let mut out = Vec::new();
+        let is_ref = |v: Option<&Value>, to: &str| ref_to(v).as_deref() == Some(to);
+        // Every alarm notifies alike: the alarm topic, when there is one.
+        let actions: Value =
+            serde_yaml::from_str("!If [HasAlarmEmail, [!Ref AlarmTopic], !Ref AWS::NoValue]")
+                .expect("YAML");
+        for a in &t.alarms {
+            let (id, p) = (&a.logical_id, &a.properties);
+            for key in ["AlarmActions", "OKActions"] {
+                check!(
+                    out,
+                    field(p, key) == Some(&actions),
+                    "{id}: {key} must be the alarm topic's, like every alarm's"
+                );
+            }
+            // Whatever reads the functions' metrics reads a dimension set they emit.
+            if is_ref(field(p, "Namespace"), NAMESPACE_PARAM) {
+                let metric = text(p, "MetricName").unwrap_or_default();
+                let dims = dimensions(field(p, "Dimensions")).into_keys().collect();
+                if let Err(e) = emitted_under(&metric, &dims) {
+                    out.push(format!("{id}: {e}"));
+                }
+            }
+            for m in seq(p, "Metrics") {
+                let Some(metric) = field(m, "MetricStat").and_then(|s| field(s, "Metric")) else {
+                    continue;
+                };
+                let name = text(metric, "MetricName").unwrap_or_default();
+                check!(
+                    out,
+                    is_ref(field(metric, "Namespace"), NAMESPACE_PARAM),
+                    "{id}: {name}: Namespace must be !Ref {NAMESPACE_PARAM}"
+                );
+                let dims = dimensions(field(metric, "Dimensions"))
+                    .into_keys()
+                    .collect();
+                if let Err(e) = emitted_under(&name, &dims) {
+                    out.push(format!("{id}: {e}"));
+                }
+            }
+        }
+
+        // (a) The acceptance rate: queued * 100 / all executes, below the parameter, only
+        // with traffic (IF), three five-minute periods of three.
+        let execute_outcomes = |a: &&AlarmDef| {
+            seq(&a.properties, "Metrics").iter().any(|m| {
+                field(m, "MetricStat")
+                    .and_then(|s| field(s, "Metric"))
+                    .and_then(|x| text(x, "MetricName"))
+                    .as_deref()
+                    == Some("airlock_execute_requests_total")
+            })
+        };
+        match t.alarms.iter().filter(execute_outcomes).collect::<Vec<_>>()[..] {
+            [a] => {
+                let (id, p) = (&a.logical_id, &a.properties);
+                // id -> the outcomes it reads, through the expressions.
+                let mut reads: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+                let mut returned = Vec::new();
+                for m in seq(p, "Metrics") {
+                    let mid = text(m, "Id").unwrap_or_default();
+                    if let Some(stat) = field(m, "MetricStat") {
+                        let metric = field(stat, "Metric").unwrap_or(&Value::Null);
+                        let dims = dimensions(field(metric, "Dimensions"));
+                        check!(
+                            out,
+                            text(stat, "Stat").as_deref() == Some("Sum")
+                                && number(stat, "Period") == Ok(Some(300)),
+                            "{id}.{mid}: Sum over 300 s"
+                        );
+                        reads.insert(
+                            mid.clone(),
+                            dims.get("outcome").cloned().into_iter().collect(),
+                        );
+                    } else if let Some(e) = text(m, "Expression") {
+                        let mut r = BTreeSet::new();
+                        for u in expression_ids(&e) {
+                            match reads.get(&u) {
+                                Some(o) => r.extend(o.iter().cloned()),
+                                None => out.push(format!(
+                                    "{id}.{mid}: reads {u}, defined after it or nowhere"
+                                )),
+                            }
+                        }
+                        reads.insert(mid.clone(), r);
+                        if flag(m, "ReturnData") != Ok(false) {
+                            returned.push(e);
+                        }
+                    }
+                }
+                let all: BTreeSet<String> =
+                    ["queued", "duplicate", "rejected"].map(String::from).into();
+                match &returned[..] {
+                    [e] => {
+                        let numerator = e
+                            .split_once("100 * ")
+                            .and_then(|(_, r)| r.split_once(" / "))
+                            .map(|(n, _)| expression_ids(n));
+                        let numerator_reads: Option<BTreeSet<String>> = numerator.map(|ids| {
+                            ids.iter()
+                                .flat_map(|u| reads.get(u).cloned().unwrap_or_default())
+                                .collect()
+                        });
+                        check!(
+                            out,
+                            e.starts_with("IF(")
+                                && numerator_reads == Some(["queued".to_string()].into())
+                                && expression_ids(e)
+                                    .iter()
+                                    .flat_map(|u| reads.get(u).cloned().unwrap_or_default())
+                                    .collect::<BTreeSet<_>>()
+                                    == all,
+                            "{id}: {e} is not IF(traffic, 100 * queued / (queued + duplicate + rejected), 100)"
+                        );
+                    }
+                    other => out.push(format!("{id}: returns {other:?}, want one expression")),
+                }
+                check!(
+                    out,
+                    is_ref(field(p, "Threshold"), "AcceptanceRateAlarmPercent")
+                        && text(p, "ComparisonOperator").as_deref() == Some("LessThanThreshold"),
+                    "{id}: below !Ref AcceptanceRateAlarmPercent"
+                );
+                check!(
+                    out,
+                    number(p, "EvaluationPeriods") == Ok(Some(3))
+                        && number(p, "DatapointsToAlarm") == Ok(Some(3)),
+                    "{id}: 3 periods of 3"
+                );
+                check!(
+                    out,
+                    text(p, "TreatMissingData").as_deref() == Some("notBreaching"),
+                    "{id}: no traffic is no alarm"
+                );
+            }
+            ref other => out.push(format!(
+                "{} alarms on airlock_execute_requests_total, want one",
+                other.len()
+            )),
+        }
+
+        // (b) p99 of the execute and the plan endpoints, each over the parameter.
+        for bin in ["execute", "plan"] {
+            let route = t
+                .functions
+                .iter()
+                .filter(|f| f.binary.as_deref() == Some(bin))
+                .flat_map(|f| &f.events)
+                .find_map(|e| match e {
+                    EventDef::Api { method, path } => Some(BTreeMap::from([
+                        ("method".to_string(), method.clone()),
+                        ("route".to_string(), path.clone()),
+                    ])),
+                    _ => None,
+                });
+            let Some(route) = route else {
+                out.push(format!("no API event of the {bin} function"));
+                continue;
+            };
+            let alarms: Vec<&AlarmDef> = t
+                .alarms
+                .iter()
+                .filter(|a| {
+                    text(&a.properties, "MetricName").as_deref()
+                        == Some("airlock_http_request_duration_seconds")
+                        && dimensions(field(&a.properties, "Dimensions")) == route
+                })
+                .collect();
+            let [a] = alarms[..] else {
+                out.push(format!(
+                    "{} latency alarms on {route:?} ({bin}), want one",
+                    alarms.len()
+                ));
+                continue;
+            };
+            let (id, p) = (&a.logical_id, &a.properties);
+            check!(
+                out,
+                is_ref(field(p, "Namespace"), NAMESPACE_PARAM),
+                "{id}: Namespace"
+            );
+            check!(
+                out,
+                text(p, "ExtendedStatistic").as_deref() == Some("p99")
+                    && field(p, "Statistic").is_none()
+                    && number(p, "Period") == Ok(Some(300)),
+                "{id}: p99 over 300 s"
+            );
+            check!(
+                out,
+                is_ref(field(p, "Threshold"), "LatencyP99AlarmSeconds")
+                    && text(p, "ComparisonOperator").as_deref() == Some("GreaterThanThreshold"),
+                "{id}: above !Ref LatencyP99AlarmSeconds"
+            );
+            check!(
+                out,
+                text(p, "TreatMissingData").as_deref() == Some("notBreaching"),
+                "{id}: no traffic is no alarm"
+            );
+        }
+
+        for (param, default) in [
+            (NAMESPACE_PARAM, "Airlock"),
+            ("LatencyP99AlarmSeconds", "1"),
+            ("AcceptanceRateAlarmPercent", "50"),
+        ] {
+            check!(
+                out,
+                t.parameters.get(param).cloned().flatten().as_deref() == Some(default),
+                "parameter {param}: default {default}"
+            );
+        }
+        out
+    }
+
+    /// The two actions X-Ray's active tracing needs of a function's role.
+    const XRAY_ACTIONS: [&str; 2] = ["xray:PutTelemetryRecords", "xray:PutTraceSegments"];
+
+    fn tracing_problems(t: &Template) -> Vec<String> {
+        let mut out = Vec::new();
+        check!(
+            out,
+            t.parameters
+                .get("TracingMode")
+                .cloned()
+                .flatten()
+                .as_deref()
+                == Some("PassThrough"),
+            "TracingMode: default PassThrough (off)"
+        );
+        check!(
+            out,
+            t.allowed_values.get("TracingMode").map(Vec::as_slice)
+                == Some(&["Active".to_string(), "PassThrough".to_string()][..]),
+            "TracingMode: Active or PassThrough"
+        );
+        let active: Value =
+            serde_yaml::from_str("!Equals [!Ref TracingMode, Active]").expect("YAML");
+        check!(
+            out,
+            t.conditions.get("TracingActive") == Some(&active),
+            "condition TracingActive must be TracingMode = Active"
+        );
+        for f in &t.functions {
+            let id = &f.logical_id;
+            check!(
+                out,
+                ref_to(f.tracing.as_ref()).as_deref() == Some("TracingMode"),
+                "{id}: Tracing must be !Ref TracingMode"
+            );
+            let Some(r) = f.role.as_deref().and_then(|r| t.role(r)) else {
+                continue; // every_function_has_its_own_role... says why
+            };
+            let role = &r.logical_id;
+            let managed = r
+                .managed_policies
+                .iter()
+                .filter_map(|m| t.managed_policy(m))
+                .flat_map(|m| &m.statements);
+            for st in r.statements.iter().chain(managed) {
+                check!(
+                    out,
+                    !st.actions.iter().any(|a| a.starts_with("xray:")),
+                    "{role}: X-Ray actions whatever TracingMode says"
+                );
+            }
+            let xray_only = match &r.conditional_statements[..] {
+                [(cond, st)] => {
+                    let mut actions = st.actions.clone();
+                    actions.sort();
+                    cond == "TracingActive"
+                        && st.effect == "Allow"
+                        && actions == XRAY_ACTIONS
+                        && st.resources == [ResourceDef::Literal("*".into())]
+                        && st.condition.is_none()
+                        && st.principal.is_none()
+                }
+                _ => false,
+            };
+            check!(
+                out,
+                xray_only,
+                "{role}: with TracingActive, exactly {XRAY_ACTIONS:?} on *, is {:?}",
+                r.conditional_statements
+            );
+        }
+        out
+    }
+
     fn all_problems(t: &Template) -> Vec<String> {
         [
             table_problems(t),
@@ -1177,6 +2038,9 @@ mod tests {
             key_problems(t),
             environment_problems(t),
             function_problems(t),
+            dashboard_problems(t),
+            alarm_problems(t),
+            tracing_problems(t),
         ]
         .concat()
     }
@@ -1204,6 +2068,28 @@ mod tests {
     #[test]
     fn every_function_crate_is_built_for_lambda_and_wired_to_its_trigger() {
         assert_eq!(function_problems(&tpl()), Vec::<String>::new());
+    }
+
+    /// The dashboard body, once substituted, is JSON with a panel for every metric the
+    /// functions emit, each read under a dimension set they emit it with, and the queues'
+    /// lag and depth.
+    #[test]
+    fn the_dashboard_shows_every_metric_the_functions_emit() {
+        assert_eq!(dashboard_problems(&tpl()), Vec::<String>::new());
+    }
+
+    /// The acceptance-rate collapse and the p99 latency of execute and plan raise alarms,
+    /// at the parameters' thresholds, through the alarm topic like every other alarm.
+    #[test]
+    fn the_acceptance_rate_and_latency_alarms_read_what_the_functions_emit() {
+        assert_eq!(alarm_problems(&tpl()), Vec::<String>::new());
+    }
+
+    /// X-Ray tracing is off unless TracingMode=Active, which gives every function role the
+    /// two X-Ray actions and nothing else.
+    #[test]
+    fn tracing_is_off_by_default_and_active_adds_only_the_xray_actions() {
+        assert_eq!(tracing_problems(&tpl()), Vec::<String>::new());
     }
 
     /// A request whose AWS calls all stall still answers 503 before its function times
@@ -1291,6 +2177,26 @@ mod tests {
             ("Binary: worker-jobs", "Binary: worker-job"),
             ("Path: /api/internal/v1/mastra/actions/plan", "Path: /api/internal/v1/mastra/plan"),
             ("Architectures: [arm64]", "Architectures: [x86_64]"),
+            // Observability.
+            ("AIRLOCK_METRICS: emf", "AIRLOCK_METRICS: prometheus"),
+            ("\"widgets\": [", "\"widgets\": [["),
+            ("\"airlock_kill_switch_engaged\"", "\"airlock_kill_switch\""),
+            ("{\\\"${MetricsNamespace}\\\",code}", "{\\\"${MetricsNamespace}\\\",reason}"),
+            ("\"region\": \"${AWS::Region}\"", "\"region\": \"eu-west-1\""),
+            ("\"${JobsDeadLetterQueue.QueueName}\"", "\"${JobsQueue.QueueName}\""),
+            ("(FILL(queued, 0) + FILL(duplicate, 0) + FILL(rejected, 0))\"", "(FILL(queued, 0) + FILL(rejected, 0))\""),
+            ("\"outcome\", \"error\", { \"id\": \"errors\"", "\"tool\", \"error\", { \"id\": \"errors\""),
+            ("Dimensions: [{ Name: outcome, Value: rejected }]", "Dimensions: [{ Name: outcome, Value: rejected }, { Name: function, Value: execute }]"),
+            ("IF(total >= 5, 100 * FILL(queued, 0) / total, 100)", "100 * FILL(queued, 0) / total"),
+            ("Threshold: !Ref AcceptanceRateAlarmPercent", "Threshold: 50"),
+            ("Value: /api/internal/v1/mastra/actions/plan }", "Value: /api/internal/v1/mastra/plan }"),
+            ("ExtendedStatistic: p99", "ExtendedStatistic: p90"),
+            ("      TreatMissingData: notBreaching\n      AlarmActions: !If [HasAlarmEmail, [!Ref AlarmTopic], !Ref AWS::NoValue]\n      OKActions: !If [HasAlarmEmail, [!Ref AlarmTopic], !Ref AWS::NoValue]\n\n  # Two panels",
+             "      TreatMissingData: notBreaching\n\n  # Two panels"),
+            ("Tracing: !Ref TracingMode", "Tracing: Active"),
+            ("TracingActive: !Equals [!Ref TracingMode, Active]", "TracingActive: !Equals [!Ref TracingMode, PassThrough]"),
+            ("Action: [xray:PutTraceSegments, xray:PutTelemetryRecords]", "Action: [xray:PutTraceSegments, xray:PutTelemetryRecords, xray:GetSamplingRules]"),
+            ("          - TracingActive\n", "          - SetApiGatewayAccount\n"),
         ];
         assert_eq!(all_problems(&tpl()), Vec::<String>::new());
         for (from, to) in edits {
@@ -1310,7 +2216,8 @@ mod tests {
     /// The IAM side as the permission proof (`tests/tests/permissions.rs`) reads it: every
     /// function runs as a role of its own that writes its own log group, and only the roles
     /// of the functions that plan (the plan endpoint, and the MCP endpoint's plan tools) may
-    /// sign.
+    /// sign. The proof reads the unconditional statements (the default deployment); a
+    /// role's conditional ones may only be X-Ray's, under TracingActive.
     #[test]
     fn every_function_has_its_own_role_and_only_the_planners_sign() {
         let t = tpl();
@@ -1342,6 +2249,16 @@ mod tests {
                         }]
             });
             assert!(writes_it, "{role} must write {group}");
+            for (cond, st) in &r.conditional_statements {
+                assert_eq!(cond, "TracingActive", "{role}: a conditional policy");
+                assert!(
+                    st.actions
+                        .iter()
+                        .all(|a| XRAY_ACTIONS.contains(&a.as_str())),
+                    "{role}: with {cond}, {:?}",
+                    st.actions
+                );
+            }
         }
         let planners: Vec<_> = ["plan", "mcp"]
             .iter()
@@ -1393,6 +2310,36 @@ mod tests {
         ] {
             assert!(policy_document(unsupported).is_err(), "{unsupported}");
         }
+    }
+
+    /// `!If [Condition, policy, !Ref AWS::NoValue]` in a role's `Policies`: its statements
+    /// hold only with the condition; any other `!If` is refused rather than guessed at.
+    #[test]
+    fn conditional_policies_of_a_role() {
+        let role = |policies: &str| {
+            format!(
+                "Resources:\n  R:\n    Type: AWS::IAM::Role\n    Properties:\n      Policies:\n{policies}"
+            )
+        };
+        let plain = "        - PolicyName: a\n          PolicyDocument:\n            Statement:\n              - {Effect: Allow, Action: s3:GetObject, Resource: '*'}\n";
+        let t = parse(&role(&format!(
+            "{plain}        - !If\n          - C\n          - PolicyName: b\n            PolicyDocument:\n              Statement:\n                - {{Effect: Allow, Action: [x:Y], Resource: '*'}}\n          - !Ref AWS::NoValue\n"
+        )))
+        .expect("parses");
+        let r = t.role("R").expect("the role");
+        assert_eq!(r.statements.len(), 1);
+        assert_eq!(r.statements[0].actions, ["s3:GetObject"]);
+        let [(cond, st)] = &r.conditional_statements[..] else {
+            panic!("{:?}", r.conditional_statements)
+        };
+        assert_eq!(
+            (cond.as_str(), &st.actions[..]),
+            ("C", &["x:Y".to_string()][..])
+        );
+        let otherwise = role(&format!(
+            "        - !If\n          - C\n          - PolicyName: b\n          - PolicyName: c\n{plain}"
+        ));
+        assert!(parse(&otherwise).is_err());
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub struct QueueStats {
     pub ready: i64,
     pub in_flight: i64,
     pub dead: i64,
+    pub oldest_ready: Option<i64>,
 }
 
 /// One signal per queue, raised after each send commits (see [`Queue::send_signal`]).
@@ -262,6 +263,7 @@ impl Queue for Sqlite {
                     waiting: s.map(|s| s.ready).unwrap_or(0),
                     in_flight: s.map(|s| s.in_flight).unwrap_or(0),
                     dead_letters: s.map(|s| s.dead).unwrap_or(0),
+                    oldest_sent_at: s.and_then(|s| s.oldest_ready),
                 }
             })
             .collect())
@@ -275,7 +277,8 @@ impl Sqlite {
             let mut st = c
                 .prepare(
                     "SELECT queue, \
-                       SUM(status = 'ready'), SUM(status = 'in_flight'), SUM(status = 'dead') \
+                       SUM(status = 'ready'), SUM(status = 'in_flight'), SUM(status = 'dead'), \
+                       MIN(CASE WHEN status = 'ready' THEN created_at END) \
                      FROM queue GROUP BY queue ORDER BY queue",
                 )
                 .map_err(db_err)?;
@@ -286,6 +289,7 @@ impl Sqlite {
                         ready: r.get(1)?,
                         in_flight: r.get(2)?,
                         dead: r.get(3)?,
+                        oldest_ready: r.get(4)?,
                     })
                 })
                 .map_err(db_err)?;
