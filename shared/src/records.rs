@@ -233,6 +233,12 @@ pub struct Trace {
     pub request_id: String,
     pub chat_session_id: Option<String>,
     pub tool_call_id: Option<String>,
+    /// On Lambda: the execute's API Gateway request id and Lambda request id, so the
+    /// worker's log lines join the request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apigw_request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lambda_request_id: Option<String>,
 }
 
 /// The public, versioned queue message (`schema: airlock.action.v1`); see
@@ -375,6 +381,12 @@ pub struct AuditRecord {
     /// Approval events: the authenticator's user-verified flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_verified: Option<bool>,
+    /// On Lambda: API Gateway's id of the request (its access logs) and the invocation's
+    /// request id (the function's log stream), next to Airlock's `request_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apigw_request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lambda_request_id: Option<String>,
 }
 
 #[cfg(test)]

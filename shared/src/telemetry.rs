@@ -7,7 +7,9 @@ pub fn init() {
         .json()
         .with_env_filter(filter)
         .with_current_span(false)
-        .with_span_list(false)
+        // Every line carries the fields of its spans: the request's ids (Airlock's, API
+        // Gateway's, Lambda's) on each line of a request, the message's on a worker's.
+        .with_span_list(true)
         .with_target(false)
         .with_writer(std::io::stderr)
         .try_init();
@@ -49,4 +51,22 @@ pub async fn with_call_log<F: std::future::Future>(f: F) -> (F::Output, Vec<&'st
             (out, calls)
         })
         .await
+}
+
+tokio::task_local! {
+    static GATEWAY_IDS: (Option<String>, Option<String>);
+}
+
+/// API Gateway's request id and the Lambda request id of the request being served (both
+/// `None` outside Lambda or outside a request).
+pub fn gateway_ids() -> (Option<String>, Option<String>) {
+    GATEWAY_IDS.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// Runs `f` with the request's gateway ids available to [`gateway_ids`].
+pub async fn with_gateway_ids<F: std::future::Future>(
+    ids: (Option<String>, Option<String>),
+    f: F,
+) -> F::Output {
+    GATEWAY_IDS.scope(ids, f).await
 }

@@ -1663,6 +1663,8 @@ fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
         approver: Some(APPROVER.into()),
         credential_id: Some(approval.credential_id.clone()),
         user_verified: Some(true),
+        apigw_request_id: None,
+        lambda_request_id: None,
     };
     let recorded = w
         .block(

@@ -197,6 +197,8 @@ fn audit(id: &str, plan_id: Option<&str>) -> AuditRecord {
         approver: None,
         credential_id: None,
         user_verified: None,
+        apigw_request_id: None,
+        lambda_request_id: None,
     }
 }
 

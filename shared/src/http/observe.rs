@@ -35,6 +35,26 @@ pub fn new_request_id() -> String {
     crate::domain::new_id("req", chrono::Utc::now().timestamp_millis())
 }
 
+/// On Lambda, API Gateway's request id (from the event's request context) and the
+/// invocation's request id, which `lambda_http` leaves in the request's extensions.
+fn gateway_ids(req: &Request) -> (Option<String>, Option<String>) {
+    use lambda_http::request::RequestContext;
+    let apigw = req
+        .extensions()
+        .get::<RequestContext>()
+        .and_then(|c| match c {
+            RequestContext::ApiGatewayV1(c) => c.request_id.clone(),
+            RequestContext::ApiGatewayV2(c) => c.request_id.clone(),
+            _ => None,
+        });
+    let lambda = req
+        .extensions()
+        .get::<lambda_http::Context>()
+        .map(|c| c.request_id.clone())
+        .filter(|id| !id.is_empty());
+    (apigw, lambda)
+}
+
 pub async fn observe(mut req: Request, next: Next) -> Response {
     let request_id = new_request_id();
     let start = Instant::now();
@@ -48,11 +68,23 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         .map_or("unmatched".to_string(), |m| m.as_str().to_string());
     let slot = Arc::new(CallerSlot::default());
     req.extensions_mut().insert(slot.clone());
-    let span =
-        tracing::info_span!("request", request_id = %request_id, method = %method, path = %path);
+    let (apigw, lambda) = gateway_ids(&req);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        apigw_request_id = apigw.as_deref().unwrap_or(""),
+        lambda_request_id = lambda.as_deref().unwrap_or(""),
+        method = %method,
+        path = %path
+    );
     let run = REQUEST_ID.scope(
         request_id.clone(),
-        crate::telemetry::with_call_log(std::panic::AssertUnwindSafe(next.run(req)).catch_unwind()),
+        crate::telemetry::with_gateway_ids(
+            (apigw, lambda),
+            crate::telemetry::with_call_log(
+                std::panic::AssertUnwindSafe(next.run(req)).catch_unwind(),
+            ),
+        ),
     );
     let (outcome, calls) = run.instrument(span.clone()).await;
     let mut resp = match outcome {

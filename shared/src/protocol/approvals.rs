@@ -973,6 +973,8 @@ impl Approvals {
             approver: Some(approver.to_string()),
             credential_id: None,
             user_verified: None,
+            apigw_request_id: crate::telemetry::gateway_ids().0,
+            lambda_request_id: crate::telemetry::gateway_ids().1,
         }
     }
 

@@ -207,6 +207,8 @@ impl Ctx<'_> {
             approver: None,
             credential_id: None,
             user_verified: None,
+            apigw_request_id: crate::telemetry::gateway_ids().0,
+            lambda_request_id: crate::telemetry::gateway_ids().1,
         }
     }
 
@@ -1084,6 +1086,8 @@ async fn accept(
                 .tool_call_id
                 .clone()
                 .or_else(|| plan_chat("tool_call_id")),
+            apigw_request_id: crate::telemetry::gateway_ids().0,
+            lambda_request_id: crate::telemetry::gateway_ids().1,
         },
     };
     let action = ActionRecord {
@@ -1377,5 +1381,7 @@ pub(crate) fn resent_audit(
         approver: None,
         credential_id: None,
         user_verified: None,
+        apigw_request_id: crate::telemetry::gateway_ids().0,
+        lambda_request_id: crate::telemetry::gateway_ids().1,
     }
 }

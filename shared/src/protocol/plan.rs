@@ -479,6 +479,8 @@ async fn plan(
         approver: None,
         credential_id: None,
         user_verified: None,
+        apigw_request_id: crate::telemetry::gateway_ids().0,
+        lambda_request_id: crate::telemetry::gateway_ids().1,
     };
     state.plans.put_plan(&record, &audit).await?;
 

@@ -132,11 +132,17 @@ async fn handle(st: &Worker, body: &str, last_attempt: bool) -> Result<Outcome, 
 }
 
 async fn handle_message(st: &Worker, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
-    let action_id = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["action_id"].as_str().map(String::from))
-        .unwrap_or_default();
-    let span = tracing::info_span!("record", action_id = %action_id);
+    // The message's ids on every log line of its handling, the execute's among them: its
+    // request id, API Gateway's and Lambda's (the message's `trace`).
+    let v = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
+    let text = |p: &str| v.pointer(p).and_then(|x| x.as_str()).unwrap_or("");
+    let span = tracing::info_span!(
+        "record",
+        action_id = text("/action_id"),
+        request_id = text("/trace/request_id"),
+        apigw_request_id = text("/trace/apigw_request_id"),
+        lambda_request_id = text("/trace/lambda_request_id")
+    );
     async move {
         let result = guarded(process(st, body)).await.unwrap_or_else(Err);
         match &result {
