@@ -387,6 +387,12 @@ pub fn registry() -> &'static Arc<Registry> {
     })
 }
 
+/// Whether `airlock serve` records metrics: yes unless `AIRLOCK_METRICS=off` (the
+/// benchmarks' baseline without them).
+pub fn enabled_locally() -> bool {
+    std::env::var("AIRLOCK_METRICS").as_deref() != Ok("off")
+}
+
 /// Whether this Lambda instance has flushed before (the first flush counts a cold start).
 static WARM: AtomicBool = AtomicBool::new(false);
 

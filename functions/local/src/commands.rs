@@ -131,7 +131,11 @@ pub async fn serve(
     metrics_addr: Option<&str>,
     workers: bool,
 ) -> Result<(), String> {
-    airlock::metrics::registry();
+    // `AIRLOCK_METRICS=off`: no recorder, no `/metrics` (the benchmarks' baseline).
+    let metrics_on = airlock::metrics::enabled_locally();
+    if metrics_on {
+        airlock::metrics::registry();
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("binding {addr}: {e}"))?;
@@ -187,14 +191,14 @@ pub async fn serve(
         state.approvals.origin
     );
     let mut routes = airlock::handlers::all();
-    match metrics_listener {
+    match metrics_listener.filter(|_| metrics_on) {
         Some(l) => {
             let at = l.local_addr().map_err(|e| e.to_string())?;
             println!("metrics at http://{at}{}", airlock::handlers::metrics::PATH);
             let app = airlock::handlers::metrics::routes().with_state(state.clone());
             tokio::spawn(async move { axum::serve(l, app).await });
         }
-        None if local.ip().is_loopback() => {
+        None if metrics_on && local.ip().is_loopback() => {
             routes = routes.merge(airlock::handlers::metrics::routes());
         }
         None => tracing::warn!(
