@@ -168,8 +168,7 @@ fn a_request_is_joined_across_logs_audit_and_the_worker() {
                     .as_array()
                     .unwrap()
                     .iter()
-                    .any(|s| s["name"] == "record"
-                        && s["request_id"] == exec_request_id.as_str())),
+                    .any(|s| s["name"] == "record" && s["request_id"] == exec_request_id.as_str())),
         "the worker's lines do not carry the execute's ids:\n{log}"
     );
 }
