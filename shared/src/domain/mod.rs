@@ -7,6 +7,7 @@ pub mod calendar;
 pub mod cl;
 pub mod fills;
 pub mod payload;
+pub mod portfolio;
 
 use std::fmt;
 use std::str::FromStr;

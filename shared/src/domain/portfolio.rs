@@ -1,0 +1,468 @@
+//! Portfolio figures of CL futures positions (the portfolio issue, first part): what the
+//! positions are worth and risk, where a book sits on the curve, and which positions are
+//! about to become a delivery problem. Pure and deterministic: decimal arithmetic only (no
+//! binary floating point touches money), no clock or store of its own; the read use cases
+//! bring the positions, the reference prices, the policy's thresholds and today's date.
+//!
+//! Not wired to an endpoint yet: `GET /portfolio`, `/portfolio/allocation`,
+//! `/portfolio/risk-flags`, the MCP tool and the plan's what-if check come next.
+
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+use rust_decimal::Decimal;
+
+use super::calendar::ExchangeCalendar;
+use super::cl::ClContract;
+use super::Price;
+
+/// Barrels per CL contract: notional = contracts x 1,000 x price (USD).
+pub const BARRELS_PER_CONTRACT: i64 = 1_000;
+
+/// One position as the stores hold it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    pub account_id: String,
+    pub desk: String,
+    pub symbol: String,
+    /// Signed contracts: long > 0, short < 0.
+    pub quantity: i64,
+    pub avg_price: Option<Price>,
+}
+
+/// A position valued at its reference price.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Valued {
+    pub holding: Holding,
+    /// `"2027-01"`, when the symbol is a CL contract.
+    pub contract_month: Option<String>,
+    pub reference_price: Option<Price>,
+    /// Signed: quantity x 1,000 x reference price. `None` without a reference price.
+    pub notional: Option<Decimal>,
+    /// quantity x 1,000 x (reference - average price). `None` without either price.
+    pub unrealized_pnl: Option<Decimal>,
+}
+
+/// Values one position at `reference`.
+pub fn value(holding: Holding, reference: Option<Price>) -> Valued {
+    let barrels = Decimal::from(holding.quantity) * Decimal::from(BARRELS_PER_CONTRACT);
+    let notional = reference.map(|r| barrels * r.value());
+    let unrealized_pnl = match (reference, holding.avg_price) {
+        (Some(r), Some(a)) => Some(barrels * (r.value() - a.value())),
+        _ => None,
+    };
+    Valued {
+        contract_month: ClContract::parse(&holding.symbol)
+            .ok()
+            .map(|c| c.contract_month()),
+        holding,
+        reference_price: reference,
+        notional,
+        unrealized_pnl,
+    }
+}
+
+/// The book's totals over the positions that have a reference price.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Totals {
+    /// Sum of absolute notionals.
+    pub gross_notional: Decimal,
+    /// Sum of signed notionals.
+    pub net_notional: Decimal,
+    /// Sum of signed contracts (every position, priced or not).
+    pub net_contracts: i64,
+    pub unrealized_pnl: Decimal,
+    /// Positions left out of the notionals for want of a reference price.
+    pub unpriced_positions: usize,
+}
+
+pub fn totals(book: &[Valued]) -> Totals {
+    let mut t = Totals {
+        gross_notional: Decimal::ZERO,
+        net_notional: Decimal::ZERO,
+        net_contracts: 0,
+        unrealized_pnl: Decimal::ZERO,
+        unpriced_positions: 0,
+    };
+    for v in book {
+        t.net_contracts += v.holding.quantity;
+        match v.notional {
+            Some(n) => {
+                t.gross_notional += n.abs();
+                t.net_notional += n;
+            }
+            None if v.holding.quantity != 0 => t.unpriced_positions += 1,
+            None => {}
+        }
+        t.unrealized_pnl += v.unrealized_pnl.unwrap_or_default();
+    }
+    t
+}
+
+/// One slice of an allocation: its gross notional and its share of the whole, in percent
+/// with two decimals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Share {
+    pub key: String,
+    pub gross_notional: Decimal,
+    pub percent: Decimal,
+}
+
+/// Shares of the gross notional by `key`, in key order, as percentages with two decimals
+/// that sum to exactly 100.00 (largest remainder: the hundredths lost to rounding go to the
+/// slices that lost the most). Empty when there is no notional.
+pub fn shares<'a>(book: &'a [Valued], key: impl Fn(&'a Valued) -> String) -> Vec<Share> {
+    let mut parts: BTreeMap<String, Decimal> = BTreeMap::new();
+    for v in book {
+        if let Some(n) = v.notional {
+            *parts.entry(key(v)).or_default() += n.abs();
+        }
+    }
+    let gross: Decimal = parts.values().copied().sum();
+    if gross.is_zero() {
+        return Vec::new();
+    }
+    let hundredths = Decimal::from(10_000);
+    // Exact shares in hundredths of a percent, floored, and what flooring took off.
+    let mut out: Vec<(Share, Decimal)> = parts
+        .into_iter()
+        .map(|(key, n)| {
+            let exact = n * hundredths / gross;
+            let floor = exact.floor();
+            (
+                Share {
+                    key,
+                    gross_notional: n,
+                    percent: floor,
+                },
+                exact - floor,
+            )
+        })
+        .collect();
+    let given: Decimal = out.iter().map(|(s, _)| s.percent).sum();
+    let mut left = (hundredths - given)
+        .to_string()
+        .parse::<usize>()
+        .unwrap_or(0);
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by(|a, b| out[*b].1.cmp(&out[*a].1).then(a.cmp(b)));
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        out[i].0.percent += Decimal::ONE;
+        left -= 1;
+    }
+    out.into_iter()
+        .map(|(mut s, _)| {
+            s.percent = (s.percent / Decimal::from(100)).round_dp(2);
+            s.percent.rescale(2);
+            s
+        })
+        .collect()
+}
+
+/// Thresholds of the risk flags (the risk policy's, with these defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    /// One contract month above this share of the gross notional: `concentration` (warn).
+    pub concentration_pct: Decimal,
+    /// Whether a book held in one contract month only is flagged as concentrated. No by
+    /// default: such a book is a deliberate choice the allocation shows at once, and a flag
+    /// that is always on teaches people to ignore flags.
+    pub flag_single_month_book: bool,
+    /// A position above this share of `max_position`: `near_limit` (warn).
+    pub near_limit_pct: Decimal,
+    pub max_position: u32,
+    /// The policy's close-only window before the last trading day (business days).
+    pub close_only_business_days: u32,
+    /// Within this many business days of the last trading day: `delivery` (fail).
+    pub delivery_business_days: u32,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            concentration_pct: Decimal::from(25),
+            flag_single_month_book: false,
+            near_limit_pct: Decimal::from(80),
+            max_position: 50,
+            close_only_business_days: 2,
+            delivery_business_days: 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flag {
+    /// `concentration`, `near_limit`, `close_only`, `delivery`.
+    pub kind: &'static str,
+    pub severity: Severity,
+    pub message: String,
+    /// The figures behind the flag, as decimal text.
+    pub figures: BTreeMap<&'static str, String>,
+}
+
+/// The flags of one account's book, in a fixed order: concentration, then per position
+/// (by symbol) near-limit and delivery.
+pub fn risk_flags(
+    book: &[Valued],
+    today: NaiveDate,
+    cal: &ExchangeCalendar,
+    th: &Thresholds,
+) -> Vec<Flag> {
+    let mut flags = Vec::new();
+    let months = shares(book, |v| {
+        v.contract_month
+            .clone()
+            .unwrap_or_else(|| v.holding.symbol.clone())
+    });
+    if months.len() > 1 || th.flag_single_month_book {
+        for m in months.iter().filter(|m| m.percent > th.concentration_pct) {
+            flags.push(Flag {
+                kind: "concentration",
+                severity: Severity::Warn,
+                message: format!(
+                    "{} holds {}% of the gross notional (above {}%)",
+                    m.key, m.percent, th.concentration_pct
+                ),
+                figures: BTreeMap::from([
+                    ("contract_month", m.key.clone()),
+                    ("percent", m.percent.to_string()),
+                    ("threshold_percent", th.concentration_pct.to_string()),
+                    ("gross_notional", m.gross_notional.to_string()),
+                ]),
+            });
+        }
+    }
+    let mut positions: Vec<&Valued> = book.iter().filter(|v| v.holding.quantity != 0).collect();
+    positions.sort_by(|a, b| a.holding.symbol.cmp(&b.holding.symbol));
+    for v in positions {
+        let h = &v.holding;
+        let size = Decimal::from(h.quantity.unsigned_abs());
+        let limit = Decimal::from(th.max_position);
+        if !limit.is_zero() && size * Decimal::from(100) > limit * th.near_limit_pct {
+            let pct = (size * Decimal::from(100) / limit).round_dp(2);
+            flags.push(Flag {
+                kind: "near_limit",
+                severity: Severity::Warn,
+                message: format!(
+                    "{} {} is {} contracts, {pct}% of the position limit of {}",
+                    h.account_id, h.symbol, h.quantity, th.max_position
+                ),
+                figures: BTreeMap::from([
+                    ("symbol", h.symbol.clone()),
+                    ("quantity", h.quantity.to_string()),
+                    ("max_position", th.max_position.to_string()),
+                    ("percent", pct.to_string()),
+                ]),
+            });
+        }
+        let Ok(contract) = ClContract::parse(&h.symbol) else {
+            continue;
+        };
+        let last = contract.last_trade_date(cal);
+        let left = cal.business_days_between(today, last);
+        let (kind, why) = if today > last {
+            ("delivery", "is past its last trading day")
+        } else if left <= th.close_only_business_days as i64 {
+            ("close_only", "is in the close-only window")
+        } else if left <= th.delivery_business_days as i64 {
+            ("delivery", "is close to its last trading day")
+        } else {
+            continue;
+        };
+        flags.push(Flag {
+            kind,
+            severity: Severity::Fail,
+            message: format!(
+                "{} {} ({} contracts) {why}: {left} business days to {last}; CL settles by physical delivery at Cushing",
+                h.account_id, h.symbol, h.quantity
+            ),
+            figures: BTreeMap::from([
+                ("symbol", h.symbol.clone()),
+                ("quantity", h.quantity.to_string()),
+                ("last_trade_date", last.to_string()),
+                ("business_days_left", left.to_string()),
+            ]),
+        });
+    }
+    flags
+}
+
+/// Long and short contracts per contract month, and in all: the calendar exposure.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CalendarExposure {
+    pub long_contracts: i64,
+    pub short_contracts: i64,
+    /// Net contracts per contract month, in month order.
+    pub by_month: BTreeMap<String, i64>,
+}
+
+pub fn calendar_exposure(book: &[Valued]) -> CalendarExposure {
+    let mut e = CalendarExposure::default();
+    for v in book {
+        let q = v.holding.quantity;
+        if q > 0 {
+            e.long_contracts += q;
+        } else {
+            e.short_contracts += -q;
+        }
+        if let Some(m) = &v.contract_month {
+            *e.by_month.entry(m.clone()).or_default() += q;
+        }
+    }
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(s: &str) -> Price {
+        Price::parse(s).unwrap()
+    }
+
+    fn holding(account: &str, symbol: &str, qty: i64, avg: &str) -> Holding {
+        Holding {
+            account_id: account.into(),
+            desk: "energy".into(),
+            symbol: symbol.into(),
+            quantity: qty,
+            avg_price: Some(price(avg)),
+        }
+    }
+
+    fn d(s: &str) -> Decimal {
+        s.parse().unwrap()
+    }
+
+    fn date(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    /// A two-month book, computed by hand: +3 CLF27 bought at 68.40, -2 CLG27 sold at 67.95;
+    /// references 70.00 and 69.50.
+    fn book() -> Vec<Valued> {
+        vec![
+            value(holding("ACC-1", "CLF27", 3, "68.40"), Some(price("70.00"))),
+            value(holding("ACC-1", "CLG27", -2, "67.95"), Some(price("69.50"))),
+        ]
+    }
+
+    #[test]
+    fn notionals_and_pnl_are_exact_decimals() {
+        let b = book();
+        // 3 x 1,000 x 70.00 and -2 x 1,000 x 69.50.
+        assert_eq!(b[0].notional, Some(d("210000.00")));
+        assert_eq!(b[1].notional, Some(d("-139000.00")));
+        // 3,000 x (70.00 - 68.40) and -2,000 x (69.50 - 67.95).
+        assert_eq!(b[0].unrealized_pnl, Some(d("4800.00")));
+        assert_eq!(b[1].unrealized_pnl, Some(d("-3100.00")));
+        assert_eq!(b[0].contract_month.as_deref(), Some("2027-01"));
+        let t = totals(&b);
+        assert_eq!(t.gross_notional, d("349000"));
+        assert_eq!(t.net_notional, d("71000"));
+        assert_eq!(t.net_contracts, 1);
+        assert_eq!(t.unrealized_pnl, d("1700"));
+        assert_eq!(t.unpriced_positions, 0);
+        // No binary floating point: 0.1 + 0.2 of a dollar stays 0.3.
+        let v = value(holding("A", "CLF27", 1, "0.1"), Some(price("0.3")));
+        assert_eq!(v.unrealized_pnl, Some(d("200.0")));
+    }
+
+    #[test]
+    fn shares_sum_to_exactly_one_hundred() {
+        let b = book();
+        let s = shares(&b, |v| v.contract_month.clone().unwrap());
+        // 210,000 / 349,000 = 60.1719...%, 139,000 / 349,000 = 39.8280...%.
+        assert_eq!(
+            s.iter().map(|s| s.percent.to_string()).collect::<Vec<_>>(),
+            ["60.17", "39.83"]
+        );
+        // Three equal slices: 33.34 + 33.33 + 33.33 (the remainder goes to the first).
+        let three: Vec<Valued> = ["CLF27", "CLG27", "CLH27"]
+            .iter()
+            .map(|s| value(holding("A", s, 1, "70"), Some(price("70"))))
+            .collect();
+        let s = shares(&three, |v| v.holding.symbol.clone());
+        let p: Vec<String> = s.iter().map(|s| s.percent.to_string()).collect();
+        assert_eq!(p, ["33.34", "33.33", "33.33"]);
+        let sum: Decimal = s.iter().map(|s| s.percent).sum();
+        assert_eq!(sum, d("100.00"));
+        assert!(shares(&[], |v: &Valued| v.holding.symbol.clone()).is_empty());
+    }
+
+    #[test]
+    fn flags_are_the_documented_ones() {
+        let cal = ExchangeCalendar::cme();
+        let th = Thresholds::default();
+        // 2026-11-23: CLF27 trades until 2026-12-21, 19 business days away.
+        let f = risk_flags(&book(), date("2026-11-23"), cal, &th);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!(f[0].kind, "concentration");
+        assert_eq!(f[0].figures["contract_month"], "2027-01");
+        assert_eq!(f[0].figures["percent"], "60.17");
+        assert_eq!(f[1].kind, "concentration");
+        assert_eq!(f[1].figures["percent"], "39.83");
+        assert!(f.iter().all(|f| f.severity == Severity::Warn));
+
+        // A deliberately single-month book is not flagged as concentrated, unless asked.
+        let one = vec![value(holding("A", "CLF27", 41, "70"), Some(price("70")))];
+        let f = risk_flags(&one, date("2026-11-23"), cal, &th);
+        assert_eq!(f.iter().map(|f| f.kind).collect::<Vec<_>>(), ["near_limit"]);
+        assert_eq!(f[0].figures["percent"], "82");
+        let strict = Thresholds {
+            flag_single_month_book: true,
+            ..Thresholds::default()
+        };
+        let f = risk_flags(&one, date("2026-11-23"), cal, &strict);
+        assert_eq!(f[0].kind, "concentration");
+        assert_eq!(f[0].figures["percent"], "100.00");
+        // 40 of 50 is exactly 80%: not above it.
+        let at = vec![value(holding("A", "CLF27", -40, "70"), Some(price("70")))];
+        assert!(risk_flags(&at, date("2026-11-23"), cal, &th).is_empty());
+
+        // Delivery: 5 business days before the last trading day (2026-12-21) fails, and
+        // inside the close-only window (2) it is `close_only`.
+        let f = risk_flags(&one, date("2026-12-14"), cal, &th);
+        let kinds: Vec<&str> = f.iter().map(|f| f.kind).collect();
+        assert_eq!(kinds, ["near_limit", "delivery"], "{f:?}");
+        assert_eq!(f[1].severity, Severity::Fail);
+        assert_eq!(f[1].figures["business_days_left"], "5");
+        assert_eq!(f[1].figures["last_trade_date"], "2026-12-21");
+        let f = risk_flags(&one, date("2026-12-17"), cal, &th);
+        assert_eq!(f[1].kind, "close_only", "{f:?}");
+        assert_eq!(f[1].figures["business_days_left"], "2");
+        // Six business days out: nothing about delivery.
+        let f = risk_flags(&one, date("2026-12-11"), cal, &th);
+        assert_eq!(f.len(), 1, "{f:?}");
+        // A flat position has no flags.
+        let flat = vec![value(holding("A", "CLF27", 0, "70"), Some(price("70")))];
+        assert!(risk_flags(&flat, date("2026-12-18"), cal, &th).is_empty());
+    }
+
+    #[test]
+    fn calendar_exposure_sums_long_and_short() {
+        let e = calendar_exposure(&book());
+        assert_eq!((e.long_contracts, e.short_contracts), (3, 2));
+        assert_eq!(
+            e.by_month,
+            BTreeMap::from([("2027-01".to_string(), 3), ("2027-02".to_string(), -2)])
+        );
+        let unpriced = vec![Valued {
+            notional: None,
+            unrealized_pnl: None,
+            reference_price: None,
+            ..book().remove(0)
+        }];
+        assert_eq!(totals(&unpriced).unpriced_positions, 1);
+        assert_eq!(totals(&unpriced).gross_notional, Decimal::ZERO);
+    }
+}
