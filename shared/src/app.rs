@@ -93,6 +93,8 @@ pub struct AppState {
     pub plan: Arc<Planner>,
     pub execute: Arc<Executor>,
     pub reads: Arc<Reads>,
+    /// The portfolio reads: valued positions, allocation, risk flags.
+    pub portfolio: Arc<crate::protocol::portfolio::Portfolios>,
     pub worker: Arc<Worker>,
     pub sweeper: Arc<Sweeper>,
     pub approvals: Arc<Approvals>,
@@ -147,6 +149,14 @@ impl AppState {
             dispatch: dispatch.clone(),
             approval_origin: config.approval_origin(),
         };
+        let portfolio = Arc::new(crate::protocol::portfolio::Portfolios {
+            clock: clock.clone(),
+            policy: policy.clone(),
+            accounts: ports.accounts.clone(),
+            positions: ports.positions.clone(),
+            prices: ports.prices.clone(),
+            control: ports.control.clone(),
+        });
         let reads = Reads {
             accounts: ports.accounts.clone(),
             positions: ports.positions.clone(),
@@ -196,6 +206,7 @@ impl AppState {
         let reads = Arc::new(reads);
         let tools = crate::protocol::tools::Tools {
             reads: reads.clone(),
+            portfolio: portfolio.clone(),
             plan: plan.clone(),
             execute: execute.clone(),
             plans: ports.plans.clone(),
@@ -211,6 +222,7 @@ impl AppState {
             plan,
             execute,
             reads,
+            portfolio,
             worker,
             sweeper: Arc::new(sweeper),
             ports,

@@ -16,12 +16,15 @@ use airlock_tests::passkey::{enroll, ApprovalClient, Passkey};
 use airlock_tests::{both, Backend, Server, Stack, BASE, MARKET_OPEN};
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 12] = [
     "list_accounts",
     "list_positions",
     "list_orders",
     "list_jobs",
     "get_action",
+    "portfolio_analysis",
+    "allocation_breakdown",
+    "risk_flags",
     "plan_cl_order",
     "plan_cancel_order",
     "plan_positions_sync",
@@ -185,7 +188,7 @@ async fn every_tool_through_the_2026_client(b: Backend) {
             assert_eq!(a["idempotentHint"], true);
         }
     }
-    let order_schema = &r["tools"][5]["inputSchema"];
+    let order_schema = &r["tools"][8]["inputSchema"];
     assert_eq!(order_schema["additionalProperties"], false);
     assert!(order_schema["required"]
         .as_array()
@@ -307,7 +310,7 @@ async fn a_viewer_sees_the_reads_and_tokens_are_checked_on_every_request(b: Back
     let viewer = s.operator_token("op-viewer", "viewer", Some("energy"));
     let calls = json!([{ "name": "execute_plan", "arguments": { "plan_id": "pln_x" } }]);
     let r = run("sdk-2026", &s, (&t.service, &viewer), calls, &[]);
-    assert_eq!(names(&r), TOOLS[..5], "a viewer lists only the reads");
+    assert_eq!(names(&r), TOOLS[..8], "a viewer lists only the reads");
     assert_eq!(r["calls"][0]["error"]["code"], -32602, "{}", r["calls"][0]);
 
     for (service, operator) in [

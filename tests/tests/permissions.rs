@@ -999,6 +999,15 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     );
     l.get("positions", "/positions", &[], &me);
     l.get("positions", "/positions", &[("account_id", "ACC-1")], &me);
+    l.get("portfolio", "/portfolio", &[("account_id", "ACC-1")], &me);
+    l.get("portfolio", "/portfolio/allocation", &[], &me);
+    l.get("portfolio", "/portfolio/allocation", &[], &head);
+    l.get(
+        "portfolio",
+        "/portfolio/risk-flags",
+        &[("account_id", "ACC-1")],
+        &me,
+    );
     l.get("orders", "/orders", &[], &me);
     l.get("orders", "/orders", &[], &head);
     l.get("orders", "/orders", &[("account_id", "ACC-1")], &me);
@@ -1485,6 +1494,13 @@ fn tour_mcp(w: &World, l: &mut Lambdas, symbol: &str, action_id: &str) {
     l.tool_ok(&agent, "list_positions", json!({ "account_id": "ACC-1" }));
     l.tool_ok(&agent, "list_orders", json!({}));
     l.tool_ok(&agent, "list_jobs", json!({}));
+    l.tool_ok(
+        &agent,
+        "portfolio_analysis",
+        json!({ "account_id": "ACC-1" }),
+    );
+    l.tool_ok(&agent, "allocation_breakdown", json!({}));
+    l.tool_ok(&agent, "risk_flags", json!({ "account_id": "ACC-1" }));
     let status = l.tool_ok(
         &agent,
         "get_action",

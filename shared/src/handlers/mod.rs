@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod orders;
 pub mod plan;
+pub mod portfolio;
 pub mod positions;
 
 use axum::response::{IntoResponse, Response};
@@ -33,6 +34,7 @@ pub fn all_api() -> Api {
         .merge(openapi::api_doc())
         .merge(accounts::api_doc())
         .merge(positions::api_doc())
+        .merge(portfolio::api_doc())
         .merge(orders::api_doc())
         .merge(jobs::api_doc())
         .merge(action_status::api_doc())

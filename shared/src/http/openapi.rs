@@ -156,6 +156,23 @@ impl Op {
         self
     }
 
+    /// A query parameter the operation needs (absent: 400 `invalid_request`).
+    pub fn required_query(
+        mut self,
+        name: &'static str,
+        schema: SchemaFn,
+        description: &'static str,
+    ) -> Op {
+        self.params.push(Param {
+            name,
+            place: "query",
+            required: true,
+            schema,
+            description,
+        });
+        self
+    }
+
     /// `limit` and `cursor`, and the refusal of a cursor Airlock did not issue.
     pub fn paged(self) -> Op {
         self.query(

@@ -105,6 +105,16 @@ pub struct Policy {
     /// an `order.submit.cl` in `operator` mode needs a second person's approval: another
     /// operator with `approve` on the plan's desk. `None`: never.
     pub four_eyes_above_notional: Option<Decimal>,
+    /// Portfolio risk flags: a contract month above this share (%) of an account's gross
+    /// notional is `concentration` (warn)...
+    pub concentration_warn_pct: Decimal,
+    /// ...also when the book is in one month only (off: such a book is deliberate).
+    pub flag_single_month_book: bool,
+    /// A position above this share (%) of `max_position` is `near_limit` (warn).
+    pub near_limit_warn_pct: Decimal,
+    /// A position this many business days or fewer before its last trading day is
+    /// `delivery` (fail): CL settles by physical delivery at Cushing.
+    pub delivery_fail_business_days: u32,
 }
 
 /// How the human confirmation of an action type is given.
@@ -154,11 +164,27 @@ impl Default for Policy {
                 .map(|a| (a.as_str().to_string(), default_confirmation(*a)))
                 .collect(),
             four_eyes_above_notional: None,
+            concentration_warn_pct: Decimal::from(25),
+            flag_single_month_book: false,
+            near_limit_warn_pct: Decimal::from(80),
+            delivery_fail_business_days: 5,
         }
     }
 }
 
 impl Policy {
+    /// The thresholds of the portfolio risk flags.
+    pub fn portfolio_thresholds(&self) -> crate::domain::portfolio::Thresholds {
+        crate::domain::portfolio::Thresholds {
+            concentration_pct: self.concentration_warn_pct,
+            flag_single_month_book: self.flag_single_month_book,
+            near_limit_pct: self.near_limit_warn_pct,
+            max_position: self.max_position,
+            close_only_business_days: self.close_only_business_days,
+            delivery_business_days: self.delivery_fail_business_days,
+        }
+    }
+
     /// The policy file if it exists, else the defaults.
     pub fn load_local(path: &Path) -> Result<Policy, String> {
         if !path.exists() {
@@ -192,6 +218,17 @@ impl Policy {
             if t < Decimal::ZERO {
                 return Err("four_eyes_above_notional must not be negative".into());
             }
+        }
+        for (name, pct) in [
+            ("concentration_warn_pct", self.concentration_warn_pct),
+            ("near_limit_warn_pct", self.near_limit_warn_pct),
+        ] {
+            if pct <= Decimal::ZERO || pct > Decimal::new(100, 0) {
+                return Err(format!("{name} must be more than 0 and at most 100"));
+            }
+        }
+        if self.delivery_fail_business_days > 60 {
+            return Err("delivery_fail_business_days must be at most 60".into());
         }
         for k in self.confirmation.keys() {
             if k.parse::<ActionType>().is_err() {

@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod control;
 pub mod execute;
 pub mod plan;
+pub mod portfolio;
 pub mod reads;
 pub mod tools;
 pub mod views;

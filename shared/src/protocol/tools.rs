@@ -108,6 +108,20 @@ struct JobsArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct AccountArgs {
+    /// The account.
+    account_id: crate::domain::Ident,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AllocationArgs {
+    /// One account; without it, every account the operator may see.
+    account_id: Option<crate::domain::Ident>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct ActionArgs {
     action_id: crate::domain::Ident,
     /// Seconds to wait for the status to change, 0 to 20 (default 0).
@@ -208,6 +222,9 @@ pub fn catalog() -> &'static [ToolDef] {
             tool("list_orders", "List orders", "Orders newest first, optionally by account and status.", Permission::Read, READ, schema_of::<OrdersArgs>(), listing_schema::<OrderView<'static>>("orders")),
             tool("list_jobs", "List jobs", "Jobs (positions syncs) newest first, with their results or errors.", Permission::Read, READ, schema_of::<JobsArgs>(), listing_schema::<JobView<'static>>("jobs")),
             tool("get_action", "Get an action's status", "The status of an executed action (queued, processing, succeeded, failed). Pass wait (seconds, up to 20) to get the answer as soon as the status changes.", Permission::Read, READ, schema_of::<ActionArgs>(), schema_of::<ActionView<'static>>()),
+            tool("portfolio_analysis", "Analyse an account's portfolio", "What an account's CL positions are worth and risk: per position the notional (contracts x 1,000 barrels x reference price, USD) and unrealized P&L; gross and net notional, net contracts. Decimal strings.", Permission::Read, READ, schema_of::<AccountArgs>(), schema_of::<crate::protocol::portfolio::PortfolioView>()),
+            tool("allocation_breakdown", "Break down the allocation", "Where the gross notional sits: by contract month, by side and by desk, as percentages that sum to 100. Without account_id, every account the operator may see.", Permission::Read, READ, schema_of::<AllocationArgs>(), schema_of::<crate::protocol::portfolio::AllocationView>()),
+            tool("risk_flags", "An account's risk flags", "Deterministic flags with their figures: concentration in a contract month (warn), a position near the policy limit (warn), a position in the close-only window or near its last trading day, where CL goes to physical delivery (fail); and the long/short calendar exposure. Check them before answering about risk.", Permission::Read, READ, schema_of::<AccountArgs>(), schema_of::<crate::protocol::portfolio::RiskFlagsView>()),
             tool("plan_cl_order", "Plan a CL futures order", "Validate a NYMEX WTI crude oil (CL) order and run the risk checks. Returns a preview for the operator and, when executable, where the operator approves it. Places nothing.", Permission::Plan, READ, schema_of::<OrderSubmitCl>(), plan_out.clone()),
             tool("plan_cancel_order", "Plan an order cancel", "Validate cancelling an open order. Returns a preview and a confirmation_token for execute_plan. Cancels nothing by itself.", Permission::Plan, READ, schema_of::<OrderCancel>(), plan_out.clone()),
             tool("plan_positions_sync", "Plan a positions sync", "Plan rebuilding an account's positions from the broker's view. Returns a preview and a confirmation_token for execute_plan.", Permission::Plan, READ, schema_of::<PositionsSync>(), plan_out),
@@ -240,6 +257,7 @@ pub fn derived_key(caller: &Caller, plan_id: &str) -> String {
 #[derive(Clone)]
 pub struct Tools {
     pub reads: Arc<Reads>,
+    pub portfolio: Arc<crate::protocol::portfolio::Portfolios>,
     pub plan: Arc<Planner>,
     pub execute: Arc<Executor>,
     /// Read while a call waits for an operator's approval (no audit record per look).
@@ -404,6 +422,58 @@ impl Tools {
                 let text = format!("Action {} is {}", r.action_id, r.status);
                 done(&ActionView::from(&r), text)
             }
+            "portfolio_analysis" => {
+                let a: AccountArgs = from_value(args, "")?;
+                let p = self
+                    .portfolio
+                    .portfolio(caller, a.account_id.as_str())
+                    .await?;
+                let text = format!(
+                    "{}: {} positions, gross notional {} USD, net {} USD, unrealized P&L {} USD",
+                    p.account_id,
+                    p.positions.len(),
+                    p.totals.gross_notional,
+                    p.totals.net_notional,
+                    p.totals.unrealized_pnl
+                );
+                done(&p, text)
+            }
+            "allocation_breakdown" => {
+                let a: AllocationArgs = from_value(args, "")?;
+                let id = a.account_id.as_ref().map(|i| i.as_str());
+                let v = self.portfolio.allocation(caller, id).await?;
+                let months: Vec<String> = v
+                    .by_contract_month
+                    .iter()
+                    .map(|s| format!("{} {}%", s.key, s.percent))
+                    .collect();
+                let text = format!(
+                    "gross notional {} USD: {}",
+                    v.gross_notional,
+                    months.join(", ")
+                );
+                done(&v, text)
+            }
+            "risk_flags" => {
+                let a: AccountArgs = from_value(args, "")?;
+                let v = self
+                    .portfolio
+                    .risk_flags(caller, a.account_id.as_str())
+                    .await?;
+                let text = match v.flags.len() {
+                    0 => format!("{}: no risk flags", v.account_id),
+                    n => format!(
+                        "{}: {n} risk flags: {}",
+                        v.account_id,
+                        v.flags
+                            .iter()
+                            .map(|f| format!("{} ({})", f.kind, f.severity))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                done(&v, text)
+            }
             "plan_cl_order" => {
                 self.plan(caller, ActionType::OrderSubmitCl, args, facts)
                     .await
@@ -547,7 +617,10 @@ mod tests {
             assert_eq!(t.input_schema["type"], "object", "{}", t.name);
             assert!(t.input_schema.get("$schema").is_none());
         }
-        let order = &catalog()[5];
+        let order = catalog()
+            .iter()
+            .find(|t| t.name == "plan_cl_order")
+            .unwrap();
         assert_eq!(order.name, "plan_cl_order");
         let props = order.input_schema["properties"].as_object().unwrap();
         for f in [

@@ -1164,6 +1164,14 @@ mod tests {
                 ],
             ),
             ("positions", vec![route("GET", "/positions")]),
+            (
+                "portfolio",
+                vec![
+                    route("GET", "/portfolio"),
+                    route("GET", "/portfolio/allocation"),
+                    route("GET", "/portfolio/risk-flags"),
+                ],
+            ),
             ("orders", vec![route("GET", "/orders")]),
             ("jobs", vec![route("GET", "/jobs")]),
             ("action-status", vec![route("GET", "/actions/{action_id}")]),

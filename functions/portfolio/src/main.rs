@@ -1,0 +1,13 @@
+//! Lambda entry point of the portfolio endpoints (`GET /portfolio`, `/portfolio/allocation`,
+//! `/portfolio/risk-flags`). State is built once per cold start; the handlers are
+//! `airlock::handlers::portfolio`, the same code `airlock serve` mounts.
+
+use airlock::{app, handlers, http, telemetry};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    telemetry::init();
+    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
+    let state = app::from_env().await?;
+    lambda_http::run(http::app(handlers::portfolio::routes(), state)).await
+}
