@@ -3,9 +3,8 @@
 //! about to become a delivery problem. Pure and deterministic: decimal arithmetic only (no
 //! binary floating point touches money), no clock or store of its own; the read use cases
 //! bring the positions, the reference prices, the policy's thresholds and today's date.
-//!
-//! Not wired to an endpoint yet: `GET /portfolio`, `/portfolio/allocation`,
-//! `/portfolio/risk-flags`, the MCP tool and the plan's what-if check come next.
+//! `protocol::portfolio` serves them (`GET /portfolio`, `/portfolio/allocation`,
+//! `/portfolio/risk-flags` and their MCP tools).
 
 use std::collections::BTreeMap;
 
