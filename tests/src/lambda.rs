@@ -943,3 +943,61 @@ impl Default for FakeClock {
         FakeClock::new()
     }
 }
+
+/// An embedded state dir for function binaries, at the market open: the dev issuer's
+/// tokens for the energy trader, the demo data, and the token-mode policy. The CLI runs on
+/// it with `env`; the functions get `AIRLOCK_STATE_DIR` = `dir` (and a [`FakeClock`]).
+pub struct TradingState {
+    pub dir: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub service: String,
+    pub operator: String,
+}
+
+impl TradingState {
+    pub fn new() -> TradingState {
+        let dir = crate::temp_state_dir();
+        let env = vec![
+            ("AIRLOCK_BACKEND".to_string(), "embedded".to_string()),
+            ("AIRLOCK_NOW".to_string(), crate::MARKET_OPEN.to_string()),
+        ];
+        // Tokens first: this creates the dev issuer key the functions load.
+        let service = crate::cli(&dir, &env, &["token", "service"]);
+        let operator = crate::cli(
+            &dir,
+            &env,
+            &[
+                "token",
+                "operator",
+                "--sub",
+                "op-energy-trader",
+                "--roles",
+                "trader",
+                "--desks",
+                "energy",
+            ],
+        );
+        crate::cli(&dir, &env, &["seed-orders", "0"]);
+        std::fs::write(dir.join("policy.json"), crate::TOKEN_MODE_POLICY).expect("policy.json");
+        TradingState {
+            dir,
+            env,
+            service,
+            operator,
+        }
+    }
+}
+
+impl Default for TradingState {
+    fn default() -> Self {
+        TradingState::new()
+    }
+}
+
+impl Drop for TradingState {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

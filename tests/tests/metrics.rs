@@ -9,7 +9,7 @@ use std::time::Duration;
 use airlock_tests::lambda::{
     apigw_rest_event, function_binary, response_parts, LambdaEmulator, IGNORE_STAGE_ENV,
 };
-use airlock_tests::{both, cli, temp_state_dir, Api, Backend, Resp, Server, BASE, MARKET_OPEN};
+use airlock_tests::{both, temp_state_dir, Api, Backend, Resp, Server, BASE, MARKET_OPEN};
 use serde_json::{json, Value};
 
 fn order(qty: u32) -> Value {
@@ -408,28 +408,8 @@ fn emf_counters(log: &str) -> (Vec<Value>, BTreeMap<String, f64>) {
 /// EMF after each invocation with the same values the scenario leaves on `/metrics`.
 #[test]
 fn lambdas_print_the_same_values_as_emf() {
-    let dir = temp_state_dir();
-    let env = vec![
-        ("AIRLOCK_BACKEND".to_string(), "embedded".to_string()),
-        ("AIRLOCK_NOW".to_string(), MARKET_OPEN.to_string()),
-    ];
-    let service = cli(&dir, &env, &["token", "service"]);
-    let operator = cli(
-        &dir,
-        &env,
-        &[
-            "token",
-            "operator",
-            "--sub",
-            "op-energy-trader",
-            "--roles",
-            "trader",
-            "--desks",
-            "energy",
-        ],
-    );
-    cli(&dir, &env, &["seed-orders", "0"]);
-    std::fs::write(dir.join("policy.json"), airlock_tests::TOKEN_MODE_POLICY).unwrap();
+    let state = airlock_tests::lambda::TradingState::new();
+    let (dir, service, operator) = (&state.dir, &state.service, state.operator.clone());
     let emu = LambdaEmulator::start();
     let d = dir.to_str().unwrap();
     // The functions read the system clock: at a trading hour through libfaketime.
@@ -537,5 +517,4 @@ fn lambdas_print_the_same_values_as_emf() {
     }
     drop(plan);
     drop(execute);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use airlock_tests::lambda::{
     apigw_rest_event, function_binary, response_parts, FakeClock, LambdaEmulator, IGNORE_STAGE_ENV,
 };
-use airlock_tests::{cli, temp_state_dir, Server, BASE, MARKET_OPEN, TOKEN_MODE_POLICY};
+use airlock_tests::{cli, Server, BASE, MARKET_OPEN};
 use serde_json::{json, Value};
 
 /// The JSON log lines of `log` whose spans name `apigw_request_id`.
@@ -25,28 +25,13 @@ fn lines_of(log: &str, apigw: &str) -> Vec<Value> {
 
 #[test]
 fn a_request_is_joined_across_logs_audit_and_the_worker() {
-    let dir = temp_state_dir();
-    let env = vec![
-        ("AIRLOCK_BACKEND".to_string(), "embedded".to_string()),
-        ("AIRLOCK_NOW".to_string(), MARKET_OPEN.to_string()),
-    ];
-    let service = cli(&dir, &env, &["token", "service"]);
-    let operator = cli(
-        &dir,
-        &env,
-        &[
-            "token",
-            "operator",
-            "--sub",
-            "op-energy-trader",
-            "--roles",
-            "trader",
-            "--desks",
-            "energy",
-        ],
+    let state = airlock_tests::lambda::TradingState::new();
+    let (dir, env, service, operator) = (
+        &state.dir,
+        &state.env,
+        &state.service,
+        state.operator.clone(),
     );
-    cli(&dir, &env, &["seed-orders", "0"]);
-    std::fs::write(dir.join("policy.json"), TOKEN_MODE_POLICY).unwrap();
     let d = dir.to_str().unwrap();
     let clock = FakeClock::new();
     let fake = clock.env(0);
@@ -109,7 +94,7 @@ fn a_request_is_joined_across_logs_audit_and_the_worker() {
     assert_eq!(span["request_id"], request_id.as_str(), "{request_line}");
     let lambda_id = span["lambda_request_id"].as_str().unwrap().to_string();
     assert!(!lambda_id.is_empty(), "{request_line}");
-    let audit: Vec<Value> = cli(&dir, &env, &["audit", p["plan_id"].as_str().unwrap()])
+    let audit: Vec<Value> = cli(dir, env, &["audit", p["plan_id"].as_str().unwrap()])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
