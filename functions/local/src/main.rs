@@ -195,7 +195,7 @@ fn main() -> std::process::ExitCode {
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
             Command::Stats { url, window } => commands::stats(&url, window).await,
             Command::Openapi => {
-                print!("{}", airlock::handlers::openapi::text());
+                print!("{}", airlock::handlers::openapi::text()?);
                 Ok(())
             }
             Command::Operators { action } => commands::operators(cfg, backend, action).await,

@@ -33,19 +33,23 @@ pub fn routes() -> Router<AppState> {
     api_doc().into_router()
 }
 
-/// The document as served and committed: pretty JSON and a final newline.
-pub fn text() -> &'static str {
-    static TEXT: OnceLock<String> = OnceLock::new();
+/// The document as served and committed: pretty JSON and a final newline. Built once;
+/// `Err` only for a schema bug, which the committed-document test catches before a release.
+pub fn text() -> Result<&'static str, String> {
+    static TEXT: OnceLock<Result<String, String>> = OnceLock::new();
     TEXT.get_or_init(|| {
-        let mut t = serde_json::to_string_pretty(&super::all_api().document())
-            .expect("the document is JSON");
+        let doc = super::all_api().document()?;
+        let mut t = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
         t.push('\n');
-        t
+        Ok(t)
     })
+    .as_deref()
+    .map_err(Clone::clone)
 }
 
 async fn handler(Authed(caller): Authed, Query(q): Query) -> Result<Response, ApiError> {
     q.finish()?;
     caller.require(Permission::Read)?;
-    Ok(([(CONTENT_TYPE, "application/json")], text()).into_response())
+    let text = text().map_err(ApiError::internal)?;
+    Ok(([(CONTENT_TYPE, "application/json")], text).into_response())
 }

@@ -1256,7 +1256,9 @@ mod tests {
             "template functions build {built:?}, function crates are {crates:?}"
         );
         // Every operation of the OpenAPI document is routed to some function.
-        let doc = crate::handlers::all_api().document();
+        let doc = crate::handlers::all_api()
+            .document()
+            .expect("the OpenAPI document builds");
         let routed: Vec<&EventDef> = expected.iter().flat_map(|(_, e)| e).collect();
         for (path, item) in doc["paths"].as_object().expect("paths") {
             for method in item.as_object().expect("path item").keys() {
