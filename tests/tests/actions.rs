@@ -55,6 +55,7 @@ async fn plan_then_execute_queues_once_and_replays(b: Backend) {
         "position_limit",
         "price_on_tick",
         "order_type_valid",
+        "concentration",
     ] {
         assert!(names.contains(&n), "check {n} in {names:?}");
     }

@@ -175,3 +175,65 @@ async fn thresholds_come_from_the_policy_and_delivery_fails(b: Backend) {
     assert_eq!(f["policy_version"], "strict-1");
     assert_eq!(f["flags"][1]["figures"]["percent"], "20");
 }
+
+both!(an_order_plan_reports_what_it_does_to_the_book);
+async fn an_order_plan_reports_what_it_does_to_the_book(b: Backend) {
+    // ACC-1's book at the open: CLF27 205,200 (60.04 %), CLG27 -136,560 (39.96 %), both
+    // flagged as concentrated. Each plan's `concentration` check says, by hand:
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let check = |p: &airlock_tests::Resp| -> (String, String, bool) {
+        assert_eq!(p.status, 200, "{:?}", p.body);
+        contract::check("planAction", p.status, &p.body);
+        let c = p.body["risk_checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "concentration")
+            .unwrap_or_else(|| panic!("no concentration check: {}", p.body))
+            .clone();
+        (
+            c["status"].as_str().unwrap().to_string(),
+            c["reason"].as_str().unwrap().to_string(),
+            p.body["executable"].as_bool().unwrap(),
+        )
+    };
+    // Buy 2 CLF27: 342,000 of 478,560 = 71.46 %: the 2027-01 flag deepens (warn); a warning
+    // does not stop the plan.
+    let (status, reason, executable) = check(&t.plan_buy("CLF27", 2).await);
+    assert_eq!(status, "warn", "{reason}");
+    assert!(executable);
+    assert!(
+        reason.starts_with("after the order 2027-01 would hold 71.46% of the account's gross notional; deepens concentration (2027-01 holds 71.46%"),
+        "{reason}"
+    );
+    // Buy 4 CLH27 at 68.16: 272,640 of 614,400 = 44.37 %: a new flag on 2027-03, and
+    // 2027-02 falls to 22.23 %, under 25 %: its flag clears.
+    let (status, reason, _) = check(&t.plan_buy("CLH27", 4).await);
+    assert_eq!(status, "warn", "{reason}");
+    assert!(reason.contains("would hold 44.37%"), "{reason}");
+    assert!(
+        reason.contains("creates concentration (2027-03 holds 44.37%"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("clears concentration (2027-02 holds 39.96%"),
+        "{reason}"
+    );
+    assert!(!reason.contains("deepens"), "{reason}");
+    // Buy 2 CLG27 closes the short: a one-month book, not flagged by default; both flags
+    // clear and the check passes.
+    let (status, reason, _) = check(&t.plan_buy("CLG27", 2).await);
+    assert_eq!(status, "pass", "{reason}");
+    assert!(
+        reason.starts_with("after the order the account would hold no 2027-02 notional; clears concentration (2027-01"),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("no risk flag created or made worse"),
+        "{reason}"
+    );
+    // Planning changed nothing: the flags are the book's, not the plans'.
+    let f = get(&t, "/portfolio/risk-flags?account_id=ACC-1", "getRiskFlags").await;
+    assert_eq!(f["flags"].as_array().unwrap().len(), 2, "{f}");
+}

@@ -113,7 +113,8 @@ pub struct Share {
 pub fn shares<'a>(book: &'a [Valued], key: impl Fn(&'a Valued) -> String) -> Vec<Share> {
     let mut parts: BTreeMap<String, Decimal> = BTreeMap::new();
     for v in book {
-        if let Some(n) = v.notional {
+        // A flat position (quantity 0) is no slice: a closed-out month is not "held".
+        if let Some(n) = v.notional.filter(|n| !n.is_zero()) {
             *parts.entry(key(v)).or_default() += n.abs();
         }
     }
@@ -295,6 +296,110 @@ pub fn risk_flags(
     flags
 }
 
+/// What an order would do to a book's flags: the flags it would create, the ones already
+/// raised about its contract that it would make worse, and the ones it would clear (plan's
+/// `concentration` what-if check).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WhatIf {
+    pub created: Vec<Flag>,
+    /// Raised before and after, about the order's contract or month, with a larger
+    /// `percent` after.
+    pub deepened: Vec<Flag>,
+    pub cleared: Vec<Flag>,
+    /// The order's contract month's share of the gross notional after the order, percent
+    /// (`None` when the book after the order has no priced notional).
+    pub month_percent_after: Option<Decimal>,
+}
+
+/// A flag's identity across two books: its type and what it is about.
+fn flag_key(f: &Flag) -> (&'static str, String) {
+    let about = f
+        .figures
+        .get("symbol")
+        .or_else(|| f.figures.get("contract_month"))
+        .cloned()
+        .unwrap_or_default();
+    (f.kind, about)
+}
+
+fn percent(f: &Flag) -> Option<Decimal> {
+    f.figures.get("percent").and_then(|p| p.parse().ok())
+}
+
+/// The book after `delta` contracts of `position`'s symbol fill in full on its account (buys
+/// > 0, sells < 0; `position.quantity` is ignored), valued at `reference` (the contract's
+/// reference price, as every position is), and how its flags differ from the book's now.
+/// Other working orders are not assumed filled.
+pub fn what_if(
+    book: &[Valued],
+    position: &Holding,
+    delta: i64,
+    reference: Option<Price>,
+    today: NaiveDate,
+    cal: &ExchangeCalendar,
+    th: &Thresholds,
+) -> WhatIf {
+    let mut after: Vec<Valued> = book.to_vec();
+    match after.iter_mut().find(|v| {
+        v.holding.account_id == position.account_id && v.holding.symbol == position.symbol
+    }) {
+        Some(v) => {
+            let mut h = v.holding.clone();
+            h.quantity += delta;
+            *v = value(h, reference);
+        }
+        None => after.push(value(
+            Holding {
+                quantity: delta,
+                ..position.clone()
+            },
+            reference,
+        )),
+    }
+    let before = risk_flags(book, today, cal, th);
+    let now = risk_flags(&after, today, cal, th);
+    let keys =
+        |flags: &[Flag]| -> Vec<(&'static str, String)> { flags.iter().map(flag_key).collect() };
+    let (kb, ka) = (keys(&before), keys(&now));
+    let month = ClContract::parse(&position.symbol)
+        .ok()
+        .map(|c| c.contract_month())
+        .unwrap_or_else(|| position.symbol.clone());
+    let month_percent_after = shares(&after, |v| {
+        v.contract_month
+            .clone()
+            .unwrap_or_else(|| v.holding.symbol.clone())
+    })
+    .into_iter()
+    .find(|s| s.key == month)
+    .map(|s| s.percent);
+    WhatIf {
+        created: now
+            .iter()
+            .filter(|f| !kb.contains(&flag_key(f)))
+            .cloned()
+            .collect(),
+        deepened: now
+            .iter()
+            .filter(|f| {
+                let (_, about) = flag_key(f);
+                (about == position.symbol || about == month)
+                    && before
+                        .iter()
+                        .find(|b| flag_key(b) == flag_key(f))
+                        .is_some_and(|b| percent(b) < percent(f))
+            })
+            .cloned()
+            .collect(),
+        cleared: before
+            .iter()
+            .filter(|f| !ka.contains(&flag_key(f)))
+            .cloned()
+            .collect(),
+        month_percent_after,
+    }
+}
+
 /// Long and short contracts per contract month, and in all: the calendar exposure.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CalendarExposure {
@@ -445,6 +550,47 @@ mod tests {
         // A flat position has no flags.
         let flat = vec![value(holding("A", "CLF27", 0, "70"), Some(price("70")))];
         assert!(risk_flags(&flat, date("2026-12-18"), cal, &th).is_empty());
+    }
+
+    #[test]
+    fn what_if_reports_flags_created_deepened_and_cleared() {
+        let cal = ExchangeCalendar::cme();
+        let today = date("2026-11-24");
+        let th = Thresholds::default();
+        let b = book();
+        let f27 = Holding {
+            quantity: 0,
+            ..holding("ACC-1", "CLF27", 0, "1")
+        };
+        // Buying 2 more CLF27: 5 x 70,000 = 350,000 of 489,000 = 71.57% (was 60.17%): the
+        // concentration flag on 2027-01 is there before and deepens; nothing new.
+        let w = what_if(&b, &f27, 2, Some(price("70.00")), today, cal, &th);
+        assert!(w.created.is_empty(), "{w:?}");
+        assert_eq!(w.deepened.len(), 1);
+        assert_eq!(w.deepened[0].figures["percent"], "71.57");
+        assert!(w.cleared.is_empty());
+        assert_eq!(w.month_percent_after, Some(d("71.57")));
+        // A third month CLH27 at 69.00, 4 contracts: 276,000 of 625,000 = 44.16%: a new
+        // concentration flag; 2027-01 falls to 33.60% (still flagged, not deepened).
+        let h27 = holding("ACC-1", "CLH27", 0, "1");
+        let w = what_if(&b, &h27, 4, Some(price("69.00")), today, cal, &th);
+        assert_eq!(w.created.len(), 1, "{w:?}");
+        assert_eq!(w.created[0].kind, "concentration");
+        assert_eq!(w.created[0].figures["contract_month"], "2027-03");
+        assert_eq!(w.created[0].figures["percent"], "44.16");
+        assert!(w.deepened.is_empty());
+        // Selling the 3 CLF27 leaves a one-month book: its flags clear (a single-month book
+        // is not flagged by default) and nothing is created.
+        let w = what_if(&b, &f27, -3, Some(price("70.00")), today, cal, &th);
+        assert!(w.created.is_empty());
+        assert_eq!(w.cleared.len(), 2, "{w:?}");
+        assert_eq!(w.month_percent_after, None);
+        // Near the position limit: 38 more CLF27 make 41 of 50 (82%).
+        let w = what_if(&b, &f27, 38, Some(price("70.00")), today, cal, &th);
+        assert_eq!(
+            w.created.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            ["near_limit"]
+        );
     }
 
     #[test]

@@ -219,6 +219,88 @@ async fn reference_price(
     })
 }
 
+/// `concentration` (what-if; `warn` at worst, never `fail`): the risk flags the order would
+/// create, deepen or clear on its account's book, were it filled in full, with every
+/// position at its reference price (`GET /portfolio/risk-flags`' flags and thresholds).
+/// Other working orders are not assumed filled.
+async fn concentration_check(
+    state: &Planner,
+    account: &Account,
+    o: &OrderSubmitCl,
+    contract: ClContract,
+    reference: Option<Price>,
+    pol: &Policy,
+) -> Result<RiskCheck, ApiError> {
+    const NAME: &str = "concentration";
+    let symbol = contract.symbol();
+    let Some(reference) = reference else {
+        return Ok(RiskCheck::warn(
+            NAME,
+            format!("no reference price for {symbol}: what the order does to the book's concentration cannot be computed"),
+        ));
+    };
+    let book =
+        super::portfolio::account_book(state.positions.as_ref(), state.prices.as_ref(), account)
+            .await?;
+    let quantity = i64::from(o.quantity.get());
+    let delta = match o.side {
+        Side::Buy => quantity,
+        Side::Sell => -quantity,
+    };
+    let position = crate::domain::portfolio::Holding {
+        account_id: account.account_id.clone(),
+        desk: account.desk.clone(),
+        symbol: symbol.clone(),
+        quantity: 0,
+        avg_price: None,
+    };
+    let w = crate::domain::portfolio::what_if(
+        &book,
+        &position,
+        delta,
+        Some(reference),
+        super::portfolio::trade_date(state.clock.now_ms()),
+        ExchangeCalendar::cme(),
+        &pol.portfolio_thresholds(),
+    );
+    let share = match w.month_percent_after {
+        Some(p) => format!(
+            "after the order {} would hold {p}% of the account's gross notional",
+            contract.contract_month()
+        ),
+        None => format!(
+            "after the order the account would hold no {} notional",
+            contract.contract_month()
+        ),
+    };
+    let list = |flags: &[crate::domain::portfolio::Flag]| {
+        flags
+            .iter()
+            .map(|f| format!("{} ({})", f.kind, f.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let mut parts = vec![share];
+    if !w.created.is_empty() {
+        parts.push(format!("creates {}", list(&w.created)));
+    }
+    if !w.deepened.is_empty() {
+        parts.push(format!("deepens {}", list(&w.deepened)));
+    }
+    if !w.cleared.is_empty() {
+        parts.push(format!("clears {}", list(&w.cleared)));
+    }
+    let reason = parts.join("; ");
+    Ok(if w.created.is_empty() && w.deepened.is_empty() {
+        RiskCheck::pass(
+            NAME,
+            format!("{reason}; no risk flag created or made worse"),
+        )
+    } else {
+        RiskCheck::warn(NAME, reason)
+    })
+}
+
 async fn evaluate_order(
     state: &Planner,
     caller: &Caller,
@@ -251,7 +333,14 @@ async fn evaluate_order(
         exposure,
         reference,
     };
-    let checks = policy::check_order_submit(&inputs, &account, control);
+    let mut checks = policy::check_order_submit(&inputs, &account, control);
+    let price_now = match (price_now, o.order_type) {
+        (None, OrderType::Market) => reference_price(state, contract).await?,
+        (p, _) => p,
+    };
+    if let Some(c) = contract {
+        checks.push(concentration_check(state, &account, &o, c, price_now, inputs.policy).await?);
+    }
     let normalized = NormalizedOrder {
         terms: OrderTerms {
             account_id: account.account_id.clone(),

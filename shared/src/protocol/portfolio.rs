@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::auth::{Caller, Permission};
+use crate::auth::{Caller, DeskScope, Permission};
 use crate::clock::SharedClock;
 use crate::domain::portfolio::{self, Holding, Valued};
 use crate::domain::{rfc3339, Account, Position, Price};
@@ -142,6 +142,71 @@ fn price_text(p: Option<Price>) -> Option<String> {
     p.map(|p| p.to_string())
 }
 
+/// Every position on `desks` (of one account, or of all), every page.
+async fn all_positions(
+    store: &dyn PositionStore,
+    desks: &DeskScope,
+    account_id: Option<&str>,
+) -> Result<Vec<Position>, ApiError> {
+    let mut positions: Vec<Position> = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_positions(desks, account_id, &Page { after, limit: PAGE })
+            .await?;
+        let full = page.len() == PAGE as usize;
+        after = page
+            .last()
+            .map(|p| (p.account_id.clone(), p.symbol.clone()));
+        positions.extend(page);
+        if !full {
+            return Ok(positions);
+        }
+    }
+}
+
+/// `positions` valued at the reference prices (one price read per symbol), each with the
+/// desk of its account (`desk_of`).
+async fn value_all(
+    prices: &dyn Prices,
+    positions: &[Position],
+    desk_of: impl Fn(&str) -> String,
+) -> Result<Vec<Valued>, ApiError> {
+    let mut refs: BTreeMap<&str, Option<Price>> = BTreeMap::new();
+    for p in positions {
+        if !refs.contains_key(p.symbol.as_str()) {
+            refs.insert(&p.symbol, prices.reference_price(&p.symbol).await?);
+        }
+    }
+    Ok(positions
+        .iter()
+        .map(|p| {
+            portfolio::value(
+                Holding {
+                    account_id: p.account_id.clone(),
+                    desk: desk_of(&p.account_id),
+                    symbol: p.symbol.clone(),
+                    quantity: p.quantity,
+                    avg_price: p.avg_price,
+                },
+                refs.get(p.symbol.as_str()).copied().flatten(),
+            )
+        })
+        .collect())
+}
+
+/// One account's positions, valued: the book plan's what-if check starts from. The caller
+/// has already been allowed to see the account.
+pub async fn account_book(
+    positions: &dyn PositionStore,
+    prices: &dyn Prices,
+    account: &Account,
+) -> Result<Vec<Valued>, ApiError> {
+    let desks = DeskScope::Only([account.desk.clone()].into());
+    let held = all_positions(positions, &desks, Some(&account.account_id)).await?;
+    value_all(prices, &held, |_| account.desk.clone()).await
+}
+
 impl Portfolios {
     /// The caller's visible positions (of one account, or of every account on their
     /// desks), valued at the reference prices, with the accounts they belong to.
@@ -155,23 +220,8 @@ impl Portfolios {
         if let Some(id) = account_id {
             accounts.push(super::reads::visible_account(self.accounts.as_ref(), caller, id).await?);
         }
-        let desks = &caller.operator.desks;
-        let mut positions: Vec<Position> = Vec::new();
-        let mut after = None;
-        loop {
-            let page = self
-                .positions
-                .list_positions(desks, account_id, &Page { after, limit: PAGE })
-                .await?;
-            let full = page.len() == PAGE as usize;
-            after = page
-                .last()
-                .map(|p| (p.account_id.clone(), p.symbol.clone()));
-            positions.extend(page);
-            if !full {
-                break;
-            }
-        }
+        let positions =
+            all_positions(self.positions.as_ref(), &caller.operator.desks, account_id).await?;
         if account_id.is_none() {
             let mut ids: Vec<&str> = positions.iter().map(|p| p.account_id.as_str()).collect();
             ids.dedup();
@@ -181,35 +231,14 @@ impl Portfolios {
                 }
             }
         }
-        let mut prices: BTreeMap<String, Option<Price>> = BTreeMap::new();
-        for p in &positions {
-            if !prices.contains_key(&p.symbol) {
-                let r = self.prices.reference_price(&p.symbol).await?;
-                prices.insert(p.symbol.clone(), r);
-            }
-        }
         let desk_of: BTreeMap<&str, &str> = accounts
             .iter()
             .map(|a| (a.account_id.as_str(), a.desk.as_str()))
             .collect();
-        let valued = positions
-            .iter()
-            .map(|p| {
-                portfolio::value(
-                    Holding {
-                        account_id: p.account_id.clone(),
-                        desk: desk_of
-                            .get(p.account_id.as_str())
-                            .unwrap_or(&"")
-                            .to_string(),
-                        symbol: p.symbol.clone(),
-                        quantity: p.quantity,
-                        avg_price: p.avg_price,
-                    },
-                    prices.get(&p.symbol).copied().flatten(),
-                )
-            })
-            .collect();
+        let valued = value_all(self.prices.as_ref(), &positions, |id| {
+            desk_of.get(id).unwrap_or(&"").to_string()
+        })
+        .await?;
         Ok((accounts, valued))
     }
 
@@ -338,7 +367,7 @@ impl Portfolios {
 }
 
 /// The trade date in Chicago at `now` (business days count from it).
-fn trade_date(now: crate::domain::Millis) -> chrono::NaiveDate {
+pub fn trade_date(now: crate::domain::Millis) -> chrono::NaiveDate {
     chrono::DateTime::from_timestamp_millis(now)
         .unwrap_or_default()
         .with_timezone(&chrono_tz::America::Chicago)

@@ -7,7 +7,7 @@ use super::{unavailable, Aws};
 use crate::auth::DeskScope;
 use crate::domain::{Exposure, ExposureDelta, Position};
 use crate::error::StoreResult;
-use crate::ports::{Page, PositionStore};
+use crate::ports::{AccountStore, Page, PositionStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use std::collections::HashMap;
@@ -20,9 +20,12 @@ impl PositionStore for Aws {
         account_id: Option<&str>,
         page: &Page<(String, String)>,
     ) -> StoreResult<Vec<Position>> {
-        let accounts: Vec<String> = self
-            .all_accounts()
-            .await?
+        // One account: read it (GetItem) rather than scan the table for it.
+        let candidates = match account_id {
+            Some(id) => self.get_account(id).await?.into_iter().collect(),
+            None => self.all_accounts().await?,
+        };
+        let accounts: Vec<String> = candidates
             .into_iter()
             .filter(|a| desks.allows(&a.desk))
             .filter(|a| account_id.is_none_or(|id| id == a.account_id))
