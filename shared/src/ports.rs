@@ -521,4 +521,16 @@ pub struct PaperDoc {
 pub trait Prices: Send + Sync {
     /// The reference price of a contract (`CLZ26`), if one is known.
     async fn reference_price(&self, symbol: &str) -> StoreResult<Option<crate::domain::Price>>;
+    /// The reference prices of several contracts, in the order asked; one round trip
+    /// where the source allows it.
+    async fn reference_prices(
+        &self,
+        symbols: &[&str],
+    ) -> StoreResult<Vec<Option<crate::domain::Price>>> {
+        let mut out = Vec::with_capacity(symbols.len());
+        for s in symbols {
+            out.push(self.reference_price(s).await?);
+        }
+        Ok(out)
+    }
 }

@@ -330,6 +330,10 @@ impl Prices for PaperBroker {
     async fn reference_price(&self, symbol: &str) -> StoreResult<Option<Price>> {
         Ok(self.prices().await?.get(symbol).copied())
     }
+    async fn reference_prices(&self, symbols: &[&str]) -> StoreResult<Vec<Option<Price>>> {
+        let prices = self.prices().await?;
+        Ok(symbols.iter().map(|s| prices.get(*s).copied()).collect())
+    }
 }
 
 #[async_trait]

@@ -228,20 +228,23 @@ async fn concentration_check(
     account: &Account,
     o: &OrderSubmitCl,
     contract: ClContract,
-    reference: Option<Price>,
     pol: &Policy,
 ) -> Result<RiskCheck, ApiError> {
     const NAME: &str = "concentration";
     let symbol = contract.symbol();
+    let (book, reference) = super::portfolio::account_book(
+        state.positions.as_ref(),
+        state.prices.as_ref(),
+        account,
+        &symbol,
+    )
+    .await?;
     let Some(reference) = reference else {
         return Ok(RiskCheck::warn(
             NAME,
             format!("no reference price for {symbol}: what the order does to the book's concentration cannot be computed"),
         ));
     };
-    let book =
-        super::portfolio::account_book(state.positions.as_ref(), state.prices.as_ref(), account)
-            .await?;
     let quantity = i64::from(o.quantity.get());
     let delta = match o.side {
         Side::Buy => quantity,
@@ -334,12 +337,8 @@ async fn evaluate_order(
         reference,
     };
     let mut checks = policy::check_order_submit(&inputs, &account, control);
-    let price_now = match (price_now, o.order_type) {
-        (None, OrderType::Market) => reference_price(state, contract).await?,
-        (p, _) => p,
-    };
     if let Some(c) = contract {
-        checks.push(concentration_check(state, &account, &o, c, price_now, inputs.policy).await?);
+        checks.push(concentration_check(state, &account, &o, c, inputs.policy).await?);
     }
     let normalized = NormalizedOrder {
         terms: OrderTerms {

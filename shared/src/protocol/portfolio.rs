@@ -165,20 +165,24 @@ async fn all_positions(
     }
 }
 
-/// `positions` valued at the reference prices (one price read per symbol), each with the
-/// desk of its account (`desk_of`).
+/// `positions` valued at the reference prices (one read of the prices), each with the
+/// desk of its account (`desk_of`); and the reference price of `also`, when asked.
 async fn value_all(
     prices: &dyn Prices,
     positions: &[Position],
     desk_of: impl Fn(&str) -> String,
-) -> Result<Vec<Valued>, ApiError> {
-    let mut refs: BTreeMap<&str, Option<Price>> = BTreeMap::new();
-    for p in positions {
-        if !refs.contains_key(p.symbol.as_str()) {
-            refs.insert(&p.symbol, prices.reference_price(&p.symbol).await?);
-        }
-    }
-    Ok(positions
+    also: Option<&str>,
+) -> Result<(Vec<Valued>, Option<Price>), ApiError> {
+    let mut symbols: Vec<&str> = positions.iter().map(|p| p.symbol.as_str()).collect();
+    symbols.extend(also);
+    symbols.sort_unstable();
+    symbols.dedup();
+    let refs: BTreeMap<&str, Option<Price>> = symbols
+        .iter()
+        .copied()
+        .zip(prices.reference_prices(&symbols).await?)
+        .collect();
+    let valued = positions
         .iter()
         .map(|p| {
             portfolio::value(
@@ -192,19 +196,22 @@ async fn value_all(
                 refs.get(p.symbol.as_str()).copied().flatten(),
             )
         })
-        .collect())
+        .collect();
+    Ok((valued, also.and_then(|s| refs.get(s).copied().flatten())))
 }
 
-/// One account's positions, valued: the book plan's what-if check starts from. The caller
-/// has already been allowed to see the account.
+/// One account's positions, valued, and the reference price of `symbol`: what plan's
+/// what-if check starts from (two reads: the positions, the prices). The caller has
+/// already been allowed to see the account.
 pub async fn account_book(
     positions: &dyn PositionStore,
     prices: &dyn Prices,
     account: &Account,
-) -> Result<Vec<Valued>, ApiError> {
+    symbol: &str,
+) -> Result<(Vec<Valued>, Option<Price>), ApiError> {
     let desks = DeskScope::Only([account.desk.clone()].into());
     let held = all_positions(positions, &desks, Some(&account.account_id)).await?;
-    value_all(prices, &held, |_| account.desk.clone()).await
+    value_all(prices, &held, |_| account.desk.clone(), Some(symbol)).await
 }
 
 impl Portfolios {
@@ -235,9 +242,12 @@ impl Portfolios {
             .iter()
             .map(|a| (a.account_id.as_str(), a.desk.as_str()))
             .collect();
-        let valued = value_all(self.prices.as_ref(), &positions, |id| {
-            desk_of.get(id).unwrap_or(&"").to_string()
-        })
+        let (valued, _) = value_all(
+            self.prices.as_ref(),
+            &positions,
+            |id| desk_of.get(id).unwrap_or(&"").to_string(),
+            None,
+        )
         .await?;
         Ok((accounts, valued))
     }

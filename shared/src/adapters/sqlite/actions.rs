@@ -1,5 +1,6 @@
 //! Actions on SQLite: the `actions` table, and the sweeper's listing of unsent ones.
 
+use super::rows::Cached;
 use super::rows::{body, one_body};
 use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
@@ -60,7 +61,7 @@ impl ActionStore for Sqlite {
             a.enqueued_at = Some(now);
             a.updated_at = a.updated_at.max(now);
             let body = serde_json::to_string(&a).map_err(json_err)?;
-            tx.execute(
+            tx.run(
                 "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
                 params![now, body, id],
             )

@@ -1,6 +1,7 @@
 //! The approval channel's documents on SQLite: the `approval_docs` table, by kind and id,
 //! each with a version and an expiry that every read and condition compares with now.
 
+use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
 use crate::domain::Millis;
 use crate::error::StoreResult;
@@ -53,7 +54,7 @@ impl ApprovalStore for Sqlite {
                 return Ok(false);
             }
             let body = serde_json::to_string(&doc.body).map_err(json_err)?;
-            tx.execute(
+            tx.run(
                 "INSERT INTO approval_docs (kind, id, version, expires_at, body) \
                  VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, id) DO UPDATE SET \
                  version = excluded.version, expires_at = excluded.expires_at, body = excluded.body",
@@ -70,7 +71,7 @@ impl ApprovalStore for Sqlite {
         self.write(move |tx| {
             let doc = load(tx, kind, &id, now)?;
             if doc.is_some() {
-                tx.execute(
+                tx.run(
                     "DELETE FROM approval_docs WHERE kind = ? AND id = ?",
                     params![kind.as_str(), id],
                 )

@@ -1,5 +1,6 @@
 //! The audit log on SQLite: append-only records, read back as an id's trail.
 
+use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::AuditLog;
@@ -27,7 +28,7 @@ impl AuditLog for Sqlite {
         self.read(move |c| {
             // An action id also pulls in its plan's records.
             let plan_of_action: Option<String> = c
-                .query_row(
+                .row(
                     "SELECT plan_id FROM actions WHERE action_id = ?",
                     [&id],
                     |r| r.get(0),

@@ -1,6 +1,7 @@
 //! The control record on SQLite (kill switch, rollout modes, policy), written at a version.
 
 use super::rows::one_body;
+use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::ControlStore;
@@ -29,7 +30,7 @@ impl ControlStore for Sqlite {
             if load_control(tx)?.version != expected_version {
                 return Ok(false);
             }
-            tx.execute(
+            tx.run(
                 "INSERT OR REPLACE INTO control (id, body) VALUES (1, ?)",
                 [text],
             )

@@ -8,6 +8,7 @@ use super::control::load_control;
 use super::plans::load_plan;
 use super::positions::{add_open, load_exposure};
 use super::rows::one_body;
+use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::{
@@ -186,7 +187,7 @@ impl ExecuteLedger for Sqlite {
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default();
                 let text = serde_json::to_string(&plan).map_err(json_err)?;
-                tx.execute(
+                tx.run(
                     "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
                     params![status, text, plan_id],
                 )
@@ -205,7 +206,7 @@ impl ExecuteLedger for Sqlite {
                     };
                 }
                 let text = serde_json::to_string(&state).map_err(json_err)?;
-                tx.execute(
+                tx.run(
                     "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
                     params![state.operator_id, state.bucket, text],
                 )
@@ -216,7 +217,7 @@ impl ExecuteLedger for Sqlite {
             }
             if let Some(a) = &commit.action {
                 let text = serde_json::to_string(a).map_err(json_err)?;
-                tx.execute(
+                tx.run(
                     "INSERT INTO actions (action_id, plan_id, enqueued_at, created_at, body) \
                      VALUES (?, ?, ?, ?, ?)",
                     params![a.action_id, a.plan_id, a.enqueued_at, a.created_at, text],
@@ -261,7 +262,7 @@ impl ExecuteLedger for Sqlite {
                 action.enqueued_at = Some(now);
                 action.updated_at = action.updated_at.max(now);
                 let text = serde_json::to_string(&action).map_err(json_err)?;
-                tx.execute(
+                tx.run(
                     "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
                     params![now, text, action.action_id],
                 )

@@ -8,7 +8,7 @@ use crate::error::StoreResult;
 use crate::ports::{OrderFilter, OrderStore, Page, TimeKey};
 use async_trait::async_trait;
 use rusqlite::types::Value;
-use rusqlite::{params, Row, Transaction};
+use rusqlite::{params, Row};
 
 pub(super) const ORDER_COLUMNS: &str =
     "o.order_id, o.account_id, o.symbol, o.side, o.quantity, o.order_type, \
@@ -93,7 +93,7 @@ impl OrderStore for Sqlite {
 }
 
 /// Writes an order's row: replacing one with the same id, or (`replace` false) only if absent.
-pub(super) fn put_order(tx: &Transaction, o: &Order, replace: bool) -> StoreResult<usize> {
+pub(super) fn put_order(tx: &rusqlite::Connection, o: &Order, replace: bool) -> StoreResult<usize> {
     let verb = if replace {
         "INSERT OR REPLACE"
     } else {

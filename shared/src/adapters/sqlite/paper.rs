@@ -1,5 +1,6 @@
 //! The paper broker's documents on SQLite: versioned JSON, saved at the version read.
 
+use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::{PaperBookStore, PaperDoc};
@@ -12,7 +13,7 @@ impl PaperBookStore for Sqlite {
         let key = key.to_string();
         self.read(move |c| {
             let row: Option<(String, i64)> = c
-                .query_row(
+                .row(
                     "SELECT doc, version FROM paper_book WHERE key = ?",
                     [&key],
                     |r| Ok((r.get(0)?, r.get(1)?)),
@@ -39,12 +40,12 @@ impl PaperBookStore for Sqlite {
         let (key, doc) = (key.to_string(), doc.to_string());
         self.write(move |tx| {
             let n = if expected_version == 0 {
-                tx.execute(
+                tx.run(
                     "INSERT OR IGNORE INTO paper_book (key, version, doc) VALUES (?, 1, ?)",
                     params![key, doc],
                 )
             } else {
-                tx.execute(
+                tx.run(
                     "UPDATE paper_book SET doc = ?, version = version + 1 WHERE key = ? AND version = ?",
                     params![doc, key, expected_version as i64],
                 )

@@ -3,6 +3,7 @@
 use super::audit::append_audit;
 use super::rows::desk_clause;
 use super::rows::one_body;
+use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
 use crate::auth::DeskScope;
 use crate::domain::Millis;
@@ -21,7 +22,7 @@ impl PlanStore for Sqlite {
         let awaiting = plan.awaiting_desk().map(String::from);
         let audit = audit.clone();
         self.write(move |tx| {
-            tx.execute(
+            tx.run(
                 "INSERT INTO plans (plan_id, status, expires_at, body, awaiting_desk) \
                  VALUES (?, ?, ?, ?, ?)",
                 params![id, status, exp, plan_body, awaiting],
@@ -68,7 +69,7 @@ impl PlanStore for Sqlite {
                 "planned"
             };
             let text = serde_json::to_string(&plan).map_err(json_err)?;
-            tx.execute(
+            tx.run(
                 "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
                 params![status, text, id],
             )

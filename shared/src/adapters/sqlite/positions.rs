@@ -9,7 +9,7 @@ use crate::error::StoreResult;
 use crate::ports::{Page, PositionStore};
 use async_trait::async_trait;
 use rusqlite::types::Value;
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 
 pub(super) fn position_row(r: &Row) -> rusqlite::Result<Position> {
     Ok(Position {
@@ -117,7 +117,7 @@ pub(super) fn add_open(c: &Connection, d: &ExposureDelta) -> StoreResult<()> {
     Ok(())
 }
 
-pub(super) fn put_position(tx: &Transaction, p: &Position) -> StoreResult<()> {
+pub(super) fn put_position(tx: &Connection, p: &Position) -> StoreResult<()> {
     tx.prepare_cached(
         "INSERT OR REPLACE INTO positions (account_id, symbol, quantity, avg_price, updated_at) \
          VALUES (?, ?, ?, ?, ?)",

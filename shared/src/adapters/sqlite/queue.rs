@@ -8,6 +8,7 @@
 //! `receive` finds the head of each message group through the partial index `queue_live`
 //! (migration 3), one index seek per group, whatever the backlog.
 
+use super::rows::Cached;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -133,11 +134,11 @@ impl Queue for Sqlite {
             for (id, body, count, group) in rows {
                 if count as u32 >= MAX_RECEIVES {
                     // Received as often as allowed (its consumer kept dying): dead-letter it.
-                    tx.execute("UPDATE queue SET status = 'dead' WHERE id = ?", [id])
+                    tx.run("UPDATE queue SET status = 'dead' WHERE id = ?", [id])
                         .map_err(db_err)?;
                     continue;
                 }
-                tx.execute(
+                tx.run(
                     "UPDATE queue SET status = 'in_flight', visible_at = ?, receive_count = receive_count + 1 WHERE id = ?",
                     params![now + visibility_ms as i64, id],
                 )
@@ -183,7 +184,7 @@ impl Queue for Sqlite {
         let (id, count) = parse_receipt(receipt)?;
         let now = chrono::Utc::now().timestamp_millis();
         self.write(move |tx| {
-            tx.execute(
+            tx.run(
                 "UPDATE queue SET status = CASE WHEN receive_count >= ? THEN 'dead' ELSE 'ready' END, \
                  visible_at = ? WHERE id = ? AND receive_count = ? AND status = 'in_flight'",
                 params![MAX_RECEIVES, now + delay_ms as i64, id, count],
@@ -216,7 +217,7 @@ impl Queue for Sqlite {
                 .map_err(db_err)?;
             let mut out = Vec::with_capacity(rows.len());
             for (id, body, count, group) in rows {
-                tx.execute(
+                tx.run(
                     "UPDATE queue SET visible_at = ? WHERE id = ?",
                     params![now + hide_ms as i64, id],
                 )

@@ -2,6 +2,7 @@
 
 use super::orders::put_order;
 use super::positions::put_position;
+use super::rows::Cached;
 use super::{db_err, Sqlite};
 use crate::domain::{Account, Exposure, Job, Order, Position};
 use crate::error::StoreResult;
@@ -51,7 +52,7 @@ impl ReadModelWriter for Sqlite {
         self.write(move |tx| {
             // The position itself is the `positions` row; only open quantities live here.
             for (account_id, symbol, e) in &rows {
-                tx.execute(
+                tx.run(
                     "INSERT OR REPLACE INTO exposures (account_id, symbol, open_buy, open_sell) \
                      VALUES (?, ?, ?, ?)",
                     params![account_id, symbol, e.open_buy, e.open_sell],

@@ -9,6 +9,29 @@ use crate::ports::TimeKey;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row};
 
+/// `execute` and `query_row` through the connection's statement cache: the hot statements
+/// are parsed once per connection, not on every call.
+pub(super) trait Cached {
+    fn run<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+    fn row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>;
+}
+
+impl Cached for Connection {
+    fn run<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+    fn row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
+
 /// `desk IN (...)` for a desk scope, with its parameters. `column` names the desk column.
 pub(super) fn desk_clause(desks: &DeskScope, column: &str, args: &mut Vec<Value>) -> String {
     match desks {

@@ -4,6 +4,7 @@
 use super::jobs::load_job;
 use super::orders::{load_order, put_order};
 use super::positions::{add_open, put_position};
+use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
@@ -37,7 +38,7 @@ impl WorkerStore for Sqlite {
             // The step applies only to the state it was computed from: the status and the
             // fills (two steps from one partially filled state must not both apply).
             let stored: Option<(String, u32)> = tx
-                .query_row(
+                .row(
                     "SELECT status, filled_quantity FROM orders WHERE order_id = ?",
                     [&order.order_id],
                     |r| Ok((r.get(0)?, r.get(1)?)),
@@ -49,7 +50,7 @@ impl WorkerStore for Sqlite {
             }
             if let Some(change) = &position {
                 let qty: Option<i64> = tx
-                    .query_row(
+                    .row(
                         "SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?",
                         [&change.new.account_id, &change.new.symbol],
                         |r| r.get(0),
@@ -71,7 +72,7 @@ impl WorkerStore for Sqlite {
     async fn create_job(&self, job: &Job) -> StoreResult<Job> {
         let job = job.clone();
         self.write(move |tx| {
-            tx.execute(
+            tx.run(
                 "INSERT OR IGNORE INTO jobs (job_id, kind, status, account_id, action_id, created_at, \
                  updated_at, error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                 params![
@@ -147,7 +148,7 @@ impl WorkerStore for Sqlite {
                 }
             }
             let n = tx
-                .execute(
+                .run(
                     "UPDATE jobs SET status = ?, error = ?, result = ?, updated_at = ? \
                      WHERE job_id = ? AND status = 'running'",
                     params![
@@ -163,7 +164,7 @@ impl WorkerStore for Sqlite {
                 return Ok(false);
             }
             if let Some((account, _, rows)) = positions {
-                tx.execute("DELETE FROM positions WHERE account_id = ?", [&account])
+                tx.run("DELETE FROM positions WHERE account_id = ?", [&account])
                     .map_err(db_err)?;
                 for p in rows {
                     put_position(tx, &p)?;
@@ -205,7 +206,7 @@ impl WorkerStore for Sqlite {
             // A status a worker moved was delivered: out of the sweeper's unsent listing.
             a.enqueued_at = a.enqueued_at.or(Some(now));
             let body = serde_json::to_string(&a).map_err(json_err)?;
-            tx.execute(
+            tx.run(
                 "UPDATE actions SET body = ?, enqueued_at = ? WHERE action_id = ?",
                 params![body, a.enqueued_at, id],
             )
