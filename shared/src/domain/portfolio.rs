@@ -326,10 +326,10 @@ fn percent(f: &Flag) -> Option<Decimal> {
     f.figures.get("percent").and_then(|p| p.parse().ok())
 }
 
-/// The book after `delta` contracts of `position`'s symbol fill in full on its account (buys
-/// > 0, sells < 0; `position.quantity` is ignored), valued at `reference` (the contract's
-/// reference price, as every position is), and how its flags differ from the book's now.
-/// Other working orders are not assumed filled.
+/// The book after `delta` contracts of `position`'s symbol fill in full on its account
+/// (buys positive, sells negative; `position.quantity` is ignored), valued at `reference`
+/// (the contract's reference price, as every position is), and how its flags differ from
+/// the book's now. Other working orders are not assumed filled.
 pub fn what_if(
     book: &[Valued],
     position: &Holding,

@@ -1,7 +1,7 @@
 //! The audit log on SQLite: append-only records, read back as an id's trail.
 
-use super::rows::Cached;
-use super::{db_err, json_err, Sqlite};
+use super::rows::{compact_body, full_body, Cached};
+use super::{db_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::AuditLog;
 use crate::records::AuditRecord;
@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 pub(super) fn append_audit(c: &Connection, a: &AuditRecord) -> StoreResult<()> {
-    let text = serde_json::to_string(a).map_err(json_err)?;
+    let text = compact_body(c, a)?;
     c.prepare_cached("INSERT INTO audit (at, plan_id, action_id, body) VALUES (?, ?, ?, ?)")
         .and_then(|mut st| st.execute(params![a.at, a.plan_id, a.action_id, text]))
         .map_err(db_err)?;
@@ -45,11 +45,8 @@ impl AuditLog for Sqlite {
             let rows = st
                 .query_map(params![id, id, plan], |r| r.get::<_, String>(0))
                 .map_err(db_err)?;
-            rows.map(|r| {
-                r.map_err(db_err)
-                    .and_then(|t| serde_json::from_str(&t).map_err(json_err))
-            })
-            .collect()
+            rows.map(|r| r.map_err(db_err).and_then(|t| full_body(c, &t)))
+                .collect()
         })
         .await
     }

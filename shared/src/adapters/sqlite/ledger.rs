@@ -186,7 +186,7 @@ impl ExecuteLedger for Sqlite {
                     .ok()
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default();
-                let text = serde_json::to_string(&plan).map_err(json_err)?;
+                let text = super::rows::compact_body(tx, &plan)?;
                 tx.run(
                     "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
                     params![status, text, plan_id],

@@ -269,6 +269,50 @@ mod tests {
             .unwrap()
     }
 
+    /// Risk checks are stored once and referenced; reading gives back exactly what was
+    /// written, and a body stored inline (before the check sets) still reads.
+    #[tokio::test]
+    async fn risk_checks_are_stored_once_and_read_back_whole() {
+        use super::rows::{compact_body, full_body};
+        use serde_json::{json, Value};
+        let t = temp_db("check-sets");
+        let checks = json!([{"name": "kill_switch", "status": "pass", "reason": "released"},
+                            {"name": "max_order_size", "status": "fail", "reason": "too big"}]);
+        let plan = json!({"plan_id": "pln_1", "risk_checks": checks, "preview": "Buy 1"});
+        let audit = json!({"audit_id": "aud_1", "risk_checks": checks, "event": "plan"});
+        let empty = json!({"audit_id": "aud_2", "risk_checks": [], "event": "x"});
+        let (p2, a2, e2) = (plan.clone(), audit.clone(), empty.clone());
+        let stored: Vec<String> =
+            t.db.write(move |c| {
+                Ok(vec![
+                    compact_body(c, &p2)?,
+                    compact_body(c, &a2)?,
+                    compact_body(c, &e2)?,
+                ])
+            })
+            .await
+            .unwrap();
+        assert!(!stored[0].contains("max_order_size"), "{}", stored[0]);
+        assert!(stored[0].contains("risk_checks_ref"));
+        assert!(stored[2].contains("\"risk_checks\":[]"), "{}", stored[2]);
+        let legacy = plan.to_string();
+        let (back, sets): (Vec<Value>, i64) =
+            t.db.read(move |c| {
+                let mut back: Vec<Value> = Vec::new();
+                for s in stored.iter().chain([&legacy]) {
+                    back.push(full_body(c, s)?);
+                }
+                let n = c
+                    .query_row("SELECT COUNT(*) FROM check_sets", [], |r| r.get(0))
+                    .unwrap();
+                Ok((back, n))
+            })
+            .await
+            .unwrap();
+        assert_eq!(back, vec![plan.clone(), audit, empty, plan]);
+        assert_eq!(sets, 1, "one list, stored once");
+    }
+
     /// Many writes at once share transactions: each one that succeeds is committed, each
     /// one that fails (or panics) leaves nothing behind, and every caller hears its own
     /// result, whatever the others did.

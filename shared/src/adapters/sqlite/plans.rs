@@ -4,7 +4,8 @@ use super::audit::append_audit;
 use super::rows::desk_clause;
 use super::rows::one_body;
 use super::rows::Cached;
-use super::{db_err, json_err, Sqlite};
+use super::rows::{compact_body, full_body};
+use super::{db_err, Sqlite};
 use crate::auth::DeskScope;
 use crate::domain::Millis;
 use crate::error::StoreResult;
@@ -17,11 +18,11 @@ use rusqlite::{params, Connection};
 #[async_trait]
 impl PlanStore for Sqlite {
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()> {
-        let plan_body = serde_json::to_string(plan).map_err(json_err)?;
         let (id, status, exp) = (plan.plan_id.clone(), "planned".to_string(), plan.expires_at);
         let awaiting = plan.awaiting_desk().map(String::from);
-        let audit = audit.clone();
+        let (plan, audit) = (plan.clone(), audit.clone());
         self.write(move |tx| {
+            let plan_body = compact_body(tx, &plan)?;
             tx.run(
                 "INSERT INTO plans (plan_id, status, expires_at, body, awaiting_desk) \
                  VALUES (?, ?, ?, ?, ?)",
@@ -68,7 +69,7 @@ impl PlanStore for Sqlite {
             } else {
                 "planned"
             };
-            let text = serde_json::to_string(&plan).map_err(json_err)?;
+            let text = compact_body(tx, &plan)?;
             tx.run(
                 "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
                 params![status, text, id],
@@ -102,7 +103,7 @@ impl PlanStore for Sqlite {
                 .map_err(db_err)?;
             let mut out = Vec::new();
             for r in rows {
-                out.push(serde_json::from_str(&r.map_err(db_err)?).map_err(json_err)?);
+                out.push(full_body(c, &r.map_err(db_err)?)?);
             }
             Ok(out)
         })
@@ -112,6 +113,6 @@ impl PlanStore for Sqlite {
 
 pub(super) fn load_plan(c: &Connection, plan_id: &str) -> StoreResult<Option<PlanRecord>> {
     one_body(c, "SELECT body FROM plans WHERE plan_id = ?", &[&plan_id])?
-        .map(|t| serde_json::from_str(&t).map_err(json_err))
+        .map(|t| full_body(c, &t))
         .transpose()
 }

@@ -108,3 +108,61 @@ pub(super) fn one_body(
         .and_then(|mut st| st.query_row(key, |r| r.get::<_, String>(0)).optional())
         .map_err(db_err)
 }
+
+/// The field of a stored plan or audit body that replaces its `risk_checks`.
+const CHECKS_REF: &str = "risk_checks_ref";
+
+/// A plan or audit record as stored: JSON whose `risk_checks` list, when not empty, is
+/// kept once in `check_sets` (by the SHA-256 of its JSON) and referenced as
+/// `risk_checks_ref`. A plan and its plan and execute audit records hold the same list;
+/// stored inline it was about half of each pair's bytes. [`full_body`] reverses it.
+pub(super) fn compact_body<T: serde::Serialize>(c: &Connection, rec: &T) -> StoreResult<String> {
+    let mut v = serde_json::to_value(rec).map_err(json_err)?;
+    if let Some(obj) = v.as_object_mut() {
+        if let Some(checks) = obj
+            .get("risk_checks")
+            .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            let text = serde_json::to_string(checks).map_err(json_err)?;
+            let hash = crate::protocol::sha256_hex(text.as_bytes());
+            c.run(
+                "INSERT OR IGNORE INTO check_sets (hash, body) VALUES (?, ?)",
+                rusqlite::params![hash, text],
+            )
+            .map_err(db_err)?;
+            obj.remove("risk_checks");
+            obj.insert(CHECKS_REF.into(), serde_json::Value::String(hash));
+        }
+    }
+    serde_json::to_string(&v).map_err(json_err)
+}
+
+/// A stored plan or audit body with its risk checks back in place ([`compact_body`]);
+/// bodies stored inline (before migration 6) read as they are.
+pub(super) fn full_body<T: serde::de::DeserializeOwned>(
+    c: &Connection,
+    text: &str,
+) -> StoreResult<T> {
+    if !text.contains(CHECKS_REF) {
+        return serde_json::from_str(text).map_err(json_err);
+    }
+    let mut v: serde_json::Value = serde_json::from_str(text).map_err(json_err)?;
+    if let Some(obj) = v.as_object_mut() {
+        if let Some(serde_json::Value::String(hash)) = obj.remove(CHECKS_REF) {
+            let checks: String = c
+                .row("SELECT body FROM check_sets WHERE hash = ?", [&hash], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(db_err)?
+                .ok_or_else(|| {
+                    crate::error::StoreError::Corrupt(format!("check set {hash} is missing"))
+                })?;
+            obj.insert(
+                "risk_checks".into(),
+                serde_json::from_str(&checks).map_err(json_err)?,
+            );
+        }
+    }
+    serde_json::from_value(v).map_err(json_err)
+}

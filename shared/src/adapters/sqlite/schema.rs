@@ -174,6 +174,14 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, id)
     );
     "#,
+    // 6: risk checks stored once per distinct list and referenced from the plan and
+    // audit bodies that hold them (a plan and its audit records repeat the same list).
+    r#"
+    CREATE TABLE check_sets (
+        hash TEXT PRIMARY KEY,
+        body TEXT NOT NULL
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
