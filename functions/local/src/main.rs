@@ -1,5 +1,6 @@
 //! `airlock`: the local command line (contract, Local command line).
 
+mod check;
 mod commands;
 
 use std::path::PathBuf;
@@ -132,6 +133,12 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         times: u32,
     },
+    /// Golden scenarios against a running stage, local or deployed; exit 1 on any failure.
+    ///
+    /// Health, every read, pagination, a plan of each action type, a tampered and a
+    /// replayed execute, the error shape of bad inputs; with `--execute` (sandboxes only)
+    /// one order followed to a terminal state. A table, and a JSON report with `--json`.
+    Check(check::CheckArgs),
     /// Load benchmark data: N extra filled orders.
     #[command(hide = true)]
     SeedOrders { n: usize },
@@ -150,11 +157,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    // `check` talks to a stage over HTTP only: no state dir, backend or local config.
+    let command = match cli.command {
+        Command::Check(args) => return rt.block_on(check::run(args)),
+        command => command,
+    };
     let result = rt.block_on(async move {
         let mut cfg = airlock::config::Config::from_env().map_err(|e| e.to_string())?;
         cfg.state_dir = cli.state_dir;
         let backend: airlock::app::Backend = cli.backend.parse()?;
-        match cli.command {
+        match command {
+            Command::Check(_) => unreachable!("handled above"),
             Command::Serve {
                 addr,
                 metrics_addr,

@@ -288,76 +288,45 @@ pub fn check_url(url: &str) -> Result<(), String> {
     }
 }
 
-/// An error with its causes (`client error (Connect): invalid peer certificate: ...`).
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
-
-/// Fetches over HTTPS (rustls, the system's root certificates), 5 s timeout, 256 KiB cap.
-/// The client (and the root store) is built on the first fetch, so a function that never
-/// sees a token (a worker) pays nothing at cold start.
+/// Fetches over HTTPS (rustls, the system's root certificates), 5 s timeout, 256 KiB cap,
+/// with the shared outbound client ([`crate::http::client`]), which builds its connector
+/// on the first fetch, so a function that never sees a token (a worker) pays nothing at
+/// cold start.
 #[derive(Default)]
 pub struct HttpFetcher {
-    client: std::sync::OnceLock<Result<HttpsClient, String>>,
+    client: crate::http::client::HttpClient,
 }
-
-type HttpsClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Empty<bytes::Bytes>,
->;
 
 const MAX_JWKS_BYTES: usize = 256 * 1024;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn https_client() -> Result<HttpsClient, String> {
-    let provider = rustls::crypto::aws_lc_rs::default_provider();
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(provider)
-        .map_err(|e| format!("loading the system's root certificates: {e}"))?
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build(https),
-    )
-}
-
 #[async_trait]
 impl JwksFetcher for HttpFetcher {
     async fn fetch(&self, url: &str) -> Result<Vec<u8>, String> {
-        use http_body_util::BodyExt;
-        let uri: hyper::Uri = url.parse().map_err(|_| "bad JWKS URL".to_string())?;
-        let req = hyper::Request::get(uri)
-            .header(hyper::header::ACCEPT, "application/json")
-            .body(http_body_util::Empty::new())
-            .map_err(|e| e.to_string())?;
-        let work = async {
-            let client = self
-                .client
-                .get_or_init(https_client)
-                .as_ref()
-                .map_err(|e| e.clone())?;
-            let resp = client.request(req).await.map_err(|e| with_causes(&e))?;
-            if !resp.status().is_success() {
-                return Err(format!("the JWKS URL answered {}", resp.status()));
+        use crate::http::client::HttpRequest;
+        url.parse::<hyper::Uri>()
+            .map_err(|_| "bad JWKS URL".to_string())?;
+        let req = HttpRequest::get(url)
+            .header("accept", "application/json")
+            .timeout(FETCH_TIMEOUT)
+            .max_body(MAX_JWKS_BYTES);
+        let resp = self.client.send(req).await.map_err(|e| {
+            if e.starts_with("no answer within") {
+                "the JWKS URL did not answer within 5 s".to_string()
+            } else if e.starts_with("reading the answer") {
+                format!("reading the JWKS: {e}")
+            } else {
+                e
             }
-            let body = http_body_util::Limited::new(resp.into_body(), MAX_JWKS_BYTES)
-                .collect()
-                .await
-                .map_err(|e| format!("reading the JWKS: {e}"))?;
-            Ok(body.to_bytes().to_vec())
-        };
-        tokio::time::timeout(FETCH_TIMEOUT, work)
-            .await
-            .map_err(|_| "the JWKS URL did not answer within 5 s".to_string())?
+        })?;
+        if !(200..300).contains(&resp.status) {
+            return Err(format!(
+                "the JWKS URL answered {}",
+                hyper::StatusCode::from_u16(resp.status)
+                    .map_or_else(|_| resp.status.to_string(), |s| s.to_string())
+            ));
+        }
+        Ok(resp.body)
     }
 }
 

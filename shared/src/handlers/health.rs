@@ -12,13 +12,19 @@ pub fn api_doc() -> Api {
             .tag("service")
             .summary(
                 "Is the process up",
-                "No tokens needed. Says nothing about the stores.",
+                "No tokens needed. Says nothing about the stores. `broker` names the broker \
+                 adapter orders go to: `paper` (the simulated broker, the only one today) \
+                 marks a sandbox, where `airlock check --execute` may place an order.",
             )
             .public()
             .answers(200, "Up.", schema::<Health>),
         health,
     )
 }
+
+/// The broker adapter of every deployment: the paper broker is the only one
+/// (`app::Ports::broker`). A real broker adapter changes this to its own name.
+pub const BROKER: &str = "paper";
 
 pub fn routes() -> Router<AppState> {
     api_doc().into_router()
@@ -32,6 +38,8 @@ struct Health {
     #[schemars(extend("const" = "airlock"))]
     service: &'static str,
     version: &'static str,
+    /// The broker adapter orders go to: `paper` is the simulated broker (a sandbox).
+    broker: &'static str,
 }
 
 async fn health() -> Json<Health> {
@@ -39,5 +47,6 @@ async fn health() -> Json<Health> {
         status: "ok",
         service: "airlock",
         version: env!("CARGO_PKG_VERSION"),
+        broker: BROKER,
     })
 }

@@ -3,6 +3,7 @@
 //! errors become HTTP responses. Lambdas and `airlock serve` both wrap their routes with
 //! [`app`], so parsing and routing are never written twice.
 
+pub mod client;
 pub mod error;
 pub mod extract;
 pub mod observe;
