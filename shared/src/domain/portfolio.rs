@@ -43,11 +43,18 @@ pub struct Valued {
 }
 
 /// Values one position at `reference`.
+/// A figure beyond the decimal range (about 7.9e28) is `None`: the position counts as
+/// unpriced rather than being given a wrong number.
 pub fn value(holding: Holding, reference: Option<Price>) -> Valued {
-    let barrels = Decimal::from(holding.quantity) * Decimal::from(BARRELS_PER_CONTRACT);
-    let notional = reference.map(|r| barrels * r.value());
-    let unrealized_pnl = match (reference, holding.avg_price) {
-        (Some(r), Some(a)) => Some(barrels * (r.value() - a.value())),
+    let barrels = Decimal::from(holding.quantity).checked_mul(Decimal::from(BARRELS_PER_CONTRACT));
+    let notional = reference
+        .zip(barrels)
+        .and_then(|(r, b)| b.checked_mul(r.value()));
+    let unrealized_pnl = match (reference, holding.avg_price, barrels) {
+        (Some(r), Some(a), Some(b)) => r
+            .value()
+            .checked_sub(a.value())
+            .and_then(|d| b.checked_mul(d)),
         _ => None,
     };
     Valued {
@@ -84,16 +91,25 @@ pub fn totals(book: &[Valued]) -> Totals {
         unpriced_positions: 0,
     };
     for v in book {
-        t.net_contracts += v.holding.quantity;
-        match v.notional {
-            Some(n) => {
-                t.gross_notional += n.abs();
-                t.net_notional += n;
+        t.net_contracts = t.net_contracts.saturating_add(v.holding.quantity);
+        let sums = v.notional.and_then(|n| {
+            Some((
+                t.gross_notional.checked_add(n.abs())?,
+                t.net_notional.checked_add(n)?,
+                t.unrealized_pnl
+                    .checked_add(v.unrealized_pnl.unwrap_or_default())?,
+            ))
+        });
+        match sums {
+            Some((gross, net, pnl)) => {
+                t.gross_notional = gross;
+                t.net_notional = net;
+                t.unrealized_pnl = pnl;
             }
+            // No price, or a sum beyond the decimal range: left out, and counted.
             None if v.holding.quantity != 0 => t.unpriced_positions += 1,
             None => {}
         }
-        t.unrealized_pnl += v.unrealized_pnl.unwrap_or_default();
     }
     t
 }
@@ -115,10 +131,13 @@ pub fn shares<'a>(book: &'a [Valued], key: impl Fn(&'a Valued) -> String) -> Vec
     for v in book {
         // A flat position (quantity 0) is no slice: a closed-out month is not "held".
         if let Some(n) = v.notional.filter(|n| !n.is_zero()) {
-            *parts.entry(key(v)).or_default() += n.abs();
+            let part = parts.entry(key(v)).or_default();
+            *part = part.saturating_add(n.abs());
         }
     }
-    let gross: Decimal = parts.values().copied().sum();
+    let gross: Decimal = parts
+        .values()
+        .fold(Decimal::ZERO, |a, b| a.saturating_add(*b));
     if gross.is_zero() {
         return Vec::new();
     }
@@ -127,7 +146,11 @@ pub fn shares<'a>(book: &'a [Valued], key: impl Fn(&'a Valued) -> String) -> Vec
     let mut out: Vec<(Share, Decimal)> = parts
         .into_iter()
         .map(|(key, n)| {
-            let exact = n * hundredths / gross;
+            // Exact when n x 10,000 is representable; else divided first (28 digits).
+            let exact = n
+                .checked_mul(hundredths)
+                .map(|x| x / gross)
+                .unwrap_or_else(|| n / gross * hundredths);
             let floor = exact.floor();
             (
                 Share {
@@ -345,7 +368,7 @@ pub fn what_if(
     }) {
         Some(v) => {
             let mut h = v.holding.clone();
-            h.quantity += delta;
+            h.quantity = h.quantity.saturating_add(delta);
             *v = value(h, reference);
         }
         None => after.push(value(
@@ -591,6 +614,28 @@ mod tests {
             w.created.iter().map(|f| f.kind).collect::<Vec<_>>(),
             ["near_limit"]
         );
+    }
+
+    #[test]
+    fn figures_beyond_the_decimal_range_are_left_out_not_a_panic() {
+        let max = Price::parse("79228162514264337593543950335").unwrap();
+        let big = value(holding("ACC-1", "CLF27", 3, "68.40"), Some(max));
+        assert_eq!((big.notional, big.unrealized_pnl), (None, None));
+        let mut b = book();
+        b.push(big);
+        // Two huge but representable notionals whose sum is not.
+        let half = Price::parse("30000000000000000000000000").unwrap();
+        b.push(value(holding("ACC-1", "CLG27", 2, "1"), Some(half)));
+        b.push(value(holding("ACC-1", "CLH27", 2, "1"), Some(half)));
+        let t = totals(&b);
+        assert_eq!(t.unpriced_positions, 2, "{t:?}");
+        let s = shares(&b, |v| v.holding.symbol.clone());
+        assert!(!s.is_empty());
+        let th = Thresholds::default();
+        let cal = ExchangeCalendar::cme();
+        let _ = risk_flags(&b, date("2026-11-24"), cal, &th);
+        let f27 = holding("ACC-1", "CLF27", 0, "1");
+        let _ = what_if(&b, &f27, 2, Some(max), date("2026-11-24"), cal, &th);
     }
 
     #[test]

@@ -161,7 +161,11 @@ pub const CL_CONTRACT_BARRELS: i64 = 1_000;
 
 /// The notional of `quantity` contracts at `price`: absolute USD.
 pub fn notional(quantity: u32, price: Price) -> rust_decimal::Decimal {
-    (price.value() * rust_decimal::Decimal::from(quantity as i64 * CL_CONTRACT_BARRELS)).abs()
+    // Saturates at the decimal range: above any four-eyes threshold, never a panic.
+    (price.value().saturating_mul(rust_decimal::Decimal::from(
+        quantity as i64 * CL_CONTRACT_BARRELS,
+    )))
+    .abs()
 }
 
 fn tif_words(t: TimeInForce) -> &'static str {

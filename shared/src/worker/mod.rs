@@ -500,19 +500,23 @@ async fn fail_job(st: &Worker, action: &ActionRecord, job_id: &str, error: &str,
 
 /// The kill switch, read before every order submission: `Some(error)` if it is engaged.
 async fn kill_switch(st: &Worker, order_id: &str) -> Result<Option<String>, ApiError> {
-    let control = st.control.get_control().await?;
+    Ok(engaged(&st.control.get_control().await?, order_id))
+}
+
+/// `Some(error)` if `control` has the kill switch engaged.
+fn engaged(control: &crate::records::Control, order_id: &str) -> Option<String> {
     if control.trade_execute_enabled {
-        return Ok(None);
+        return None;
     }
     let reason = control
         .reason
         .as_deref()
         .map(|r| format!(" ({r})"))
         .unwrap_or_default();
-    Ok(Some(format!(
+    Some(format!(
         "kill_switch_engaged: the kill switch was engaged{reason} before order {order_id} \
          reached the broker; it was not sent"
-    )))
+    ))
 }
 
 /// The worker's last check before an order first goes to the broker: the kill switch,
@@ -521,10 +525,11 @@ async fn kill_switch(st: &Worker, order_id: &str) -> Result<Option<String>, ApiE
 /// or a sync that raised the position, since execute stops the order here. `Some(error)`:
 /// do not send it.
 async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option<String>, ApiError> {
-    if let Some(why) = kill_switch(st, &order.order_id).await? {
+    // One read of the control record for both the kill switch and the policy in force.
+    let control = st.control.get_control().await?;
+    if let Some(why) = engaged(&control, &order.order_id) {
         return Ok(Some(why));
     }
-    let control = st.control.get_control().await?;
     let exposure = st
         .positions
         .get_exposure(&order.terms.account_id, &order.terms.symbol)
@@ -773,6 +778,11 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
                         ..order.clone()
                     };
                     claimed_here = st.store.advance_order(&order, &next, None).await?;
+                    if claimed_here {
+                        // Our write is the order's state now: no need to read it back.
+                        order = next;
+                        continue;
+                    }
                 }
             }
             OrderStatus::Submitted => match kill_switch(st, &order_id).await? {

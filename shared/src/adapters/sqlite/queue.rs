@@ -75,6 +75,13 @@ const RECEIVE: &str = "\
     WHERE groups.k IS NOT NULL AND m.visible_at <= ?2 \
     ORDER BY m.id LIMIT ?3";
 
+/// The messages after a group's head, in order, for the same batch (as SQS FIFO hands out
+/// several messages of one group in order): taken while ready and visible.
+const FOLLOWERS: &str = "\
+    SELECT id, body, receive_count, status, visible_at FROM queue \
+    WHERE queue = ?1 AND group_key = ?2 AND status IN ('ready', 'in_flight') AND id > ?3 \
+    ORDER BY id LIMIT ?4";
+
 /// `id:receive_count`, as `receive` hands it out.
 fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
     receipt
@@ -121,7 +128,7 @@ impl Queue for Sqlite {
         let now = chrono::Utc::now().timestamp_millis();
         let q = queue.as_str().to_string();
         self.write(move |tx| {
-            let rows: Vec<(i64, String, i64, String)> = {
+            let heads: Vec<(i64, String, i64, String)> = {
                 let mut st = tx.prepare_cached(RECEIVE).map_err(db_err)?;
                 let it = st
                     .query_map(params![q, now, max], |r| {
@@ -130,6 +137,31 @@ impl Queue for Sqlite {
                     .map_err(db_err)?;
                 it.collect::<rusqlite::Result<_>>().map_err(db_err)?
             };
+            // Room left in the batch goes to the messages right behind each head, in
+            // order: a group's chain is handled without a receive between its messages.
+            let mut room = (max as usize).saturating_sub(heads.len());
+            let mut rows = Vec::with_capacity(max as usize);
+            for (id, body, count, group) in heads {
+                rows.push((id, body, count, group.clone()));
+                if room == 0 {
+                    continue;
+                }
+                let mut st = tx.prepare_cached(FOLLOWERS).map_err(db_err)?;
+                let next: Vec<(i64, String, i64, String, i64)> = st
+                    .query_map(params![q, group, id, room as i64], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })
+                    .map_err(db_err)?
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(db_err)?;
+                for (fid, fbody, fcount, status, visible_at) in next {
+                    if status != "ready" || visible_at > now {
+                        break;
+                    }
+                    rows.push((fid, fbody, fcount, group.clone()));
+                    room -= 1;
+                }
+            }
             let mut out = Vec::with_capacity(rows.len());
             for (id, body, count, group) in rows {
                 if count as u32 >= MAX_RECEIVES {
@@ -376,23 +408,29 @@ pub(super) mod tests {
     }
 
     #[tokio::test]
-    async fn each_group_delivers_its_oldest_message_and_one_at_a_time() {
+    async fn each_group_delivers_in_order_and_nothing_while_it_has_one_in_flight() {
         let t = temp_db("queue-fifo");
         send(&t.db, "a1", "ACC-1").await;
         send(&t.db, "a2", "ACC-1").await;
         send(&t.db, "b1", "ACC-2").await;
         send(&t.db, "c1", "ACC-3").await;
+        // Heads first, then the messages behind them in their group's order.
         let first = receive(&t.db).await;
-        assert_eq!(ids(&first), ["a1", "b1", "c1"]);
+        assert_eq!(ids(&first), ["a1", "a2", "b1", "c1"]);
         assert!(
             receive(&t.db).await.is_empty(),
-            "every group has one in flight"
+            "every group has its messages in flight"
         );
-        t.db.ack(QueueTarget::Orders, &first[0].1.receipt)
-            .await
-            .unwrap();
-        assert_eq!(ids(&receive(&t.db).await), ["a2"]);
-        t.db.release(QueueTarget::Orders, &first[1].1.receipt, 0)
+        send(&t.db, "a3", "ACC-1").await;
+        assert!(
+            receive(&t.db).await.is_empty(),
+            "a3 waits: its group still has messages in flight"
+        );
+        for d in &first[..2] {
+            t.db.ack(QueueTarget::Orders, &d.1.receipt).await.unwrap();
+        }
+        assert_eq!(ids(&receive(&t.db).await), ["a3"]);
+        t.db.release(QueueTarget::Orders, &first[2].1.receipt, 0)
             .await
             .unwrap();
         let again = receive(&t.db).await;
@@ -402,6 +440,26 @@ pub(super) mod tests {
         assert_eq!(
             (stats[0].waiting, stats[0].in_flight, stats[0].dead_letters),
             (0, 3, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_message_behind_a_delayed_retry_waits_for_it() {
+        let t = temp_db("queue-fifo-delay");
+        send(&t.db, "a1", "ACC-1").await;
+        send(&t.db, "a2", "ACC-1").await;
+        let first = receive(&t.db).await;
+        assert_eq!(ids(&first), ["a1", "a2"]);
+        // a1 failed and is retried later; a2 was released untouched behind it.
+        t.db.release(QueueTarget::Orders, &first[0].1.receipt, 60_000)
+            .await
+            .unwrap();
+        t.db.release(QueueTarget::Orders, &first[1].1.receipt, 0)
+            .await
+            .unwrap();
+        assert!(
+            receive(&t.db).await.is_empty(),
+            "a2 never overtakes a1 while a1 waits for its retry"
         );
     }
 
