@@ -137,10 +137,18 @@ impl AppState {
             policy: policy.clone(),
             lease_ms: config.execute_lease_ms,
             rate_per_minute: config.execute_rate_per_minute,
-            confirmations: Arc::new(ConfirmationVerifier::new(
-                &config.confirmation_audience,
-                ports.signer.clone(),
-            )),
+            // A configured public key: no signer call at all (no KMS `GetPublicKey` at cold
+            // start); else the signer's, fetched once.
+            confirmations: Arc::new(match &config.confirmation_public_key {
+                Some(key) => ConfirmationVerifier::with_public_key(
+                    &config.confirmation_audience,
+                    ports.signer.key_id(),
+                    key,
+                ),
+                None => {
+                    ConfirmationVerifier::new(&config.confirmation_audience, ports.signer.clone())
+                }
+            }),
             ledger: ports.ledger.clone(),
             audit: ports.audit.clone(),
             accounts: ports.accounts.clone(),

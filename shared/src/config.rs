@@ -43,6 +43,12 @@ pub struct Config {
     pub confirmation_audience: String,
     /// Confirmation-token and plan lifetime, 30..=900 s (default 300).
     pub confirmation_ttl_s: u32,
+    /// `AIRLOCK_CONFIRMATION_PUBLIC_KEY`: the confirmation-token public key (the PEM that
+    /// `airlock confirmation-key` prints, or its base64 body on one line). Set, tokens are
+    /// verified with it under the signer's key id, and the signer's public key is never
+    /// fetched (no KMS `GetPublicKey` at cold start); unset, it is fetched once per process.
+    /// A value that is not a P-256 public key is a configuration error (never ignored).
+    pub confirmation_public_key: Option<p256::PublicKey>,
     /// Longest accepted service-token lifetime (`exp - iat`), seconds.
     pub max_service_token_lifetime_s: u32,
     /// Clock skew tolerated on `exp`, `nbf` and `iat`, seconds (at most 60).
@@ -109,6 +115,7 @@ impl Default for Config {
             jwks_refetch_cooldown_s: 30,
             confirmation_audience: DEFAULT_CONFIRMATION_AUDIENCE.into(),
             confirmation_ttl_s: 300,
+            confirmation_public_key: None,
             max_service_token_lifetime_s: 900,
             clock_skew_s: 60,
             execute_lease_ms: 10_000,
@@ -339,6 +346,18 @@ fn cursor_key() -> Result<Option<Secret>, ConfigError> {
     Ok(Some(Secret(k)))
 }
 
+/// `AIRLOCK_CONFIRMATION_PUBLIC_KEY`, parsed ([`crate::token::parse_public_key`]). The
+/// error never quotes the value (a private key pasted by mistake stays out of the logs).
+fn confirmation_public_key() -> Result<Option<p256::PublicKey>, ConfigError> {
+    const VAR: &str = "AIRLOCK_CONFIRMATION_PUBLIC_KEY";
+    match var(VAR) {
+        None => Ok(None),
+        Some(v) => crate::token::parse_public_key(&v)
+            .map(Some)
+            .map_err(|message| ConfigError { var: VAR, message }),
+    }
+}
+
 impl Config {
     /// Rules across variables: the two token kinds must be told apart, and the JWKS
     /// refetch cooldown may not outlast the cache.
@@ -401,6 +420,7 @@ impl Config {
             confirmation_audience: var("AIRLOCK_CONFIRMATION_AUDIENCE")
                 .unwrap_or(d.confirmation_audience),
             confirmation_ttl_s: number("AIRLOCK_CONFIRMATION_TTL_SECONDS", 300, 30, 900)?,
+            confirmation_public_key: confirmation_public_key()?,
             max_service_token_lifetime_s: number(
                 "AIRLOCK_MAX_SERVICE_TOKEN_LIFETIME_SECONDS",
                 900,

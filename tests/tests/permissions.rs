@@ -27,6 +27,11 @@
 //! the Lambda service does with its role: writing its log group, and polling its SQS
 //! trigger queue (`ReceiveMessage`, `DeleteMessage`, `GetQueueAttributes`).
 //!
+//! The tour's deployment is the parameters' defaults but for a few (`Lambdas::new`); a
+//! role's conditional policies count when their condition holds in it. A second test runs
+//! execute in the other deployment of its one condition (`ConfirmationPublicKey` set,
+//! issue 19): no AWS call at cold start, and no KMS grant.
+//!
 //! The Lambda binaries read only the system clock (they ignore `AIRLOCK_NOW`), and orders
 //! need an open market; so they run under libfaketime (`scripts/emulator.sh` installs it),
 //! at Monday 09:00 Chicago plus the time elapsed. A missing emulator, library or binary
@@ -352,7 +357,8 @@ struct Lambdas<'w> {
     params: BTreeMap<String, String>,
     service_key: Key,
     operator_key: Key,
-    _idp: Idp,
+    /// The stand-in identity provider (its JWKS fetches are counted).
+    idp: Idp,
     running: BTreeMap<String, Running>,
 }
 
@@ -384,7 +390,7 @@ impl<'w> Lambdas<'w> {
             params,
             service_key,
             operator_key,
-            _idp: idp,
+            idp,
             running: BTreeMap::new(),
         }
     }
@@ -401,6 +407,13 @@ impl<'w> Lambdas<'w> {
     /// (Re)starts `binary` with its template environment, `ahead_s` seconds ahead of the
     /// tour's clock, and the call log.
     fn start(&mut self, binary: &str, ahead_s: i64) {
+        self.try_start(binary, ahead_s)
+            .unwrap_or_else(|e| panic!("{binary} did not start: {e}"));
+    }
+
+    /// [`Self::start`], answering how long its init took (spawn to its first `/next`), or
+    /// why it did not start (its exit and log).
+    fn try_start(&mut self, binary: &str, ahead_s: i64) -> Result<Duration, String> {
         self.running.remove(binary);
         let f = self.function(binary);
         let mut env: Vec<(String, String)> = f
@@ -420,9 +433,7 @@ impl<'w> Lambdas<'w> {
         let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let emulator = LambdaEmulator::start();
         let mut process = emulator.spawn_function(&function_binary(binary), &refs);
-        process
-            .wait_ready(TIMEOUT)
-            .unwrap_or_else(|e| panic!("{binary} did not start: {e}"));
+        let init = process.wait_ready(TIMEOUT)?;
         self.running.insert(
             binary.to_string(),
             Running {
@@ -430,6 +441,7 @@ impl<'w> Lambdas<'w> {
                 _emulator: emulator,
             },
         );
+        Ok(init)
     }
 
     fn invoke(&mut self, binary: &str, event: Value) -> Value {
@@ -1820,6 +1832,9 @@ fn action_matches(pattern: &str, action: &str) -> bool {
 struct Resolver<'a> {
     w: &'a World,
     log_groups: BTreeSet<String>,
+    /// The deployment's parameters (the rest: their defaults), for the conditions of
+    /// conditional policies.
+    params: &'a BTreeMap<String, String>,
 }
 
 impl Resolver<'_> {
@@ -1998,6 +2013,18 @@ impl Resolver<'_> {
         for st in &role.statements {
             self.statement(st, None, role_id, &mut p, problems);
         }
+        // `!If [Condition, policy, !Ref AWS::NoValue]`: in force when the condition holds
+        // in this deployment.
+        for (cond, st) in &role.conditional_statements {
+            match tpl.condition_holds(cond, self.params) {
+                Ok(true) => {
+                    let from = format!("{role_id} (if {cond})");
+                    self.statement(st, None, &from, &mut p, problems);
+                }
+                Ok(false) => {}
+                Err(e) => problems.push(format!("{role_id}: {e}")),
+            }
+        }
         for m in &role.managed_policies {
             match tpl.managed_policy(m) {
                 Some(mp) => {
@@ -2139,16 +2166,24 @@ fn platform_needs(w: &World, f: &FunctionDef) -> Vec<Need> {
     out
 }
 
-/// Both directions, for every function and the CLI: every problem, one per line.
-fn proof(w: &World) -> Vec<String> {
-    let mut problems = Vec::new();
-    let log_groups = w
-        .tpl
+/// The log groups of the template's functions, by logical id.
+fn log_groups(w: &World) -> BTreeSet<String> {
+    w.tpl
         .functions
         .iter()
         .filter_map(|f| f.log_group.clone())
-        .collect();
-    let resolver = Resolver { w, log_groups };
+        .collect()
+}
+
+/// Both directions, for every function and the CLI, in the deployment with `params`: every
+/// problem, one per line.
+fn proof(w: &World, params: &BTreeMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let resolver = Resolver {
+        w,
+        log_groups: log_groups(w),
+        params,
+    };
     let code = recorded(&w.log);
     let mut principals: BTreeMap<String, Principal> = BTreeMap::new();
     let mut needs: BTreeSet<Need> = code.clone();
@@ -2245,12 +2280,12 @@ fn proof(w: &World) -> Vec<String> {
 fn every_role_allows_exactly_what_its_code_does() {
     let started = Instant::now();
     let w = World::start();
-    let audited = {
+    let (audited, params) = {
         let mut l = Lambdas::new(&w);
-        tour_functions(&w, &mut l)
+        (tour_functions(&w, &mut l), l.params.clone())
     };
     tour_cli(&w, &audited);
-    let problems = proof(&w);
+    let problems = proof(&w, &params);
     let summary: BTreeMap<String, BTreeSet<String>> =
         recorded(&w.log)
             .into_iter()
@@ -2276,4 +2311,120 @@ fn every_role_allows_exactly_what_its_code_does() {
             .join("\n")
     );
     eprintln!("permission proof: {:?}", started.elapsed());
+}
+
+/// The operations `function` made after the first `skip` lines of the call log, and the
+/// permissions they needed (action, resource).
+fn needs_since(log: &Path, skip: usize, function: &str) -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .skip(skip)
+        .filter_map(|l| {
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("call log line {l:?}: {e}"));
+            let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+            (v["function"] == function).then(|| (s("action"), s("resource")))
+        })
+        .collect()
+}
+
+/// Issue 19: the execute function's cold start makes no network call when the stack gives
+/// it the confirmation public key (`ConfirmationPublicKey`, from `airlock confirmation-key`),
+/// and its role then needs, and has, no KMS permission. The real binary, its template
+/// environment, the call log, moto. Without the key it makes exactly one call at init
+/// (`KMS.GetPublicKey`, as the proof's deployment, the default, does); with another key it
+/// starts, and refuses every token (422 `token_invalid`, fail closed) saying why in its log
+/// (never the token); with a malformed one it does not start.
+#[test]
+fn execute_with_its_public_key_configured_makes_no_call_at_cold_start() {
+    use p256::pkcs8::{EncodePublicKey, LineEnding};
+    const PARAM: &str = "ConfirmationPublicKey";
+    let w = World::start();
+    let mut l = Lambdas::new(&w);
+    let me = trader("op-energy-trader");
+    let cold_start = |l: &mut Lambdas| {
+        let before = calls_so_far(&w.log);
+        let init = l.try_start("execute", 0).expect("execute starts");
+        (init, calls_since(&w.log, before, "execute"))
+    };
+
+    // The default deployment: one call before the first invocation.
+    let (init_fetching, calls) = cold_start(&mut l);
+    assert_eq!(calls, ["KMS.GetPublicKey"]);
+
+    // The key as an operator takes it from the deployed stack, passed on one line (the
+    // PEM's base64 body) as the README's deploy step does: no call at all.
+    let pem = w.cli(false, &[], &["confirmation-key"]);
+    let one_line: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    l.params.insert(PARAM.into(), one_line);
+    let jwks_fetches = l.idp.fetches();
+    let (init_configured, calls) = cold_start(&mut l);
+    assert_eq!(calls, Vec::<String>::new(), "calls at cold start");
+    // Nor any other network call: the identity providers' keys are fetched on first use.
+    assert_eq!(l.idp.fetches(), jwks_fetches, "JWKS fetches at cold start");
+    eprintln!(
+        "execute init (debug build, moto): {init_fetching:?} fetching the key, \
+         {init_configured:?} with it configured"
+    );
+
+    // A plan's token (signed by KMS through the plan function) verifies with it.
+    let before = calls_so_far(&w.log);
+    let plan = l.plan(&me, "positions.sync", json!({"account_id": "ACC-1"}));
+    l.accepted(&me, &plan, "cold-start-configured");
+    let calls = calls_since(&w.log, before, "execute");
+    assert!(!calls.iter().any(|c| c.starts_with("KMS.")), "{calls:?}");
+
+    // In this deployment the execute role grants no KMS action, and every call the
+    // function made since its cold start is allowed.
+    let resolver = Resolver {
+        w: &w,
+        log_groups: log_groups(&w),
+        params: &l.params,
+    };
+    let mut problems = Vec::new();
+    let role = l.function("execute").role.clone().expect("Role");
+    let p = resolver.role(&role, &mut problems);
+    assert_eq!(problems, Vec::<String>::new());
+    let kms: Vec<_> = p
+        .grants
+        .iter()
+        .filter(|g| g.action.starts_with("kms:"))
+        .collect();
+    assert!(kms.is_empty(), "{role} with {PARAM} set: {kms:?}");
+    for (action, resource) in needs_since(&w.log, before, "execute") {
+        assert!(p.allows(&action, &resource), "{action} on {resource}");
+    }
+
+    // Another key (the stack's key rotated, the parameter not): it starts, and refuses the
+    // KMS-signed token; the log says why, and never holds the token.
+    let other = p256::SecretKey::random(&mut rand::rngs::OsRng)
+        .public_key()
+        .to_public_key_pem(LineEnding::LF)
+        .expect("PEM");
+    l.params.insert(PARAM.into(), other);
+    let (_, calls) = cold_start(&mut l);
+    assert_eq!(calls, Vec::<String>::new());
+    let plan = l.plan(&me, "positions.sync", json!({"account_id": "ACC-1"}));
+    let (status, body) = l.execute(&me, &plan, "cold-start-wrong-key");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("token_invalid")),
+        "{body}"
+    );
+    let log = l.running["execute"].process.log();
+    assert!(log.contains("key mismatch"), "{log}");
+    let token = plan["confirmation_token"].as_str().expect("a token");
+    assert!(!log.contains(token), "the token is logged:\n{log}");
+
+    // A malformed key: the function does not start, and says which variable is wrong
+    // (without quoting it).
+    let malformed = "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n";
+    l.params.insert(PARAM.into(), malformed.into());
+    let before = calls_so_far(&w.log);
+    let e = l
+        .try_start("execute", 0)
+        .expect_err("a malformed key fails the start");
+    assert!(e.contains("AIRLOCK_CONFIRMATION_PUBLIC_KEY"), "{e}");
+    assert!(!e.contains("bm90IGEga2V5"), "{e}");
+    assert_eq!(calls_since(&w.log, before, "execute"), Vec::<String>::new());
 }

@@ -8,7 +8,9 @@ async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
     airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
     let state = app::from_env().await?;
-    // The only function that verifies confirmation tokens: load their key at init.
+    // The only function that verifies confirmation tokens: load their key at init. With
+    // AIRLOCK_CONFIRMATION_PUBLIC_KEY set it is there already (no call at all); else one
+    // KMS GetPublicKey.
     state.execute.confirmations.preload().await?;
     lambda_http::run(http::app(handlers::execute::routes(), state)).await
 }

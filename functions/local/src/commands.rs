@@ -362,13 +362,13 @@ pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), Strin
     use p256::pkcs8::{EncodePublicKey, LineEnding};
     let state = state(cfg, backend).await?;
     let signer = &state.ports.signer;
-    let pem = signer
-        .public_key()
-        .await
-        .map_err(|e| e.to_string())?
+    let public = signer.public_key().await.map_err(|e| e.to_string())?;
+    let pem = public
         .to_public_key_pem(LineEnding::LF)
         .map_err(|e| e.to_string())?;
     eprintln!("kid: {}", signer.key_id());
+    // The name the functions log the key under (AIRLOCK_CONFIRMATION_PUBLIC_KEY's too).
+    eprintln!("thumbprint: {}", airlock::token::jwk_thumbprint(&public));
     print!("{pem}");
     Ok(())
 }

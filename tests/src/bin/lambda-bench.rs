@@ -32,7 +32,8 @@
 //! Targets: init under 50 ms (checked on the max of the runs), peak RSS under 40 MB
 //! (40,000,000 bytes). The embedded backend is not the AWS one: on AWS, init also builds the
 //! SDK clients and fetches the KMS signing key's public key (`GetPublicKey`) before the first
-//! `/next`; those network round trips are not in these figures.
+//! `/next`, unless `AIRLOCK_CONFIRMATION_PUBLIC_KEY` gives it; that network round trip is not
+//! in these figures.
 //!
 //! Options: `--runs N`, `--burst N`, `--callers N`, `--functions a,b,...` (default: all
 //! ten), `--bin-dir DIR` (where the function binaries are; default: next to this
@@ -704,8 +705,9 @@ fn main() {
     println!(
         "Embedded backend (SQLite in a temp dir, local keys). On the AWS backend, init also \
          builds the AWS SDK clients, and the execute function makes one KMS GetPublicKey \
-         call (the key that verifies confirmation tokens) before the first /next: add those \
-         round trips to the init figures. Burst latency is emulator round trip with {} callers \
+         call (the key that verifies confirmation tokens) before the first /next unless \
+         AIRLOCK_CONFIRMATION_PUBLIC_KEY gives the key: add that round trip to the init \
+         figures. Burst latency is emulator round trip with {} callers \
          queued against one sequential function process (Lambda's model: one invocation at a \
          time per environment).",
         o.callers

@@ -1,7 +1,8 @@
 //! Confirmation-token signing with KMS: `Sign` with an `ECC_NIST_P256` key
 //! (`ECDSA_SHA_256`), the DER signature converted to the JWS `r || s` form. The public key
 //! is fetched on first use (`GetPublicKey`, once per instance, only by functions that
-//! verify: execute); verification never calls KMS again.
+//! verify: execute, unless `AIRLOCK_CONFIRMATION_PUBLIC_KEY` gives it, and mcp); verification
+//! never calls KMS again.
 
 use async_trait::async_trait;
 use aws_sdk_kms::primitives::Blob;

@@ -257,6 +257,77 @@ impl Template {
             .iter()
             .find(|p| p.logical_id == logical_id)
     }
+
+    /// Whether condition `name` holds in a deployment with these parameter values (a
+    /// parameter not in `params`: its `Default`). Understands `!Equals`, `!Not`, `!And`,
+    /// `!Or`, `!Condition` and `!Ref` to a parameter; anything else is an error, not a
+    /// guess.
+    pub fn condition_holds(
+        &self,
+        name: &str,
+        params: &BTreeMap<String, String>,
+    ) -> Result<bool, String> {
+        self.condition_depth(name, params, 0)
+    }
+
+    fn condition_depth(
+        &self,
+        name: &str,
+        params: &BTreeMap<String, String>,
+        depth: usize,
+    ) -> Result<bool, String> {
+        let c = self
+            .conditions
+            .get(name)
+            .ok_or(format!("no condition {name}"))?;
+        self.holds(c, params, depth + 1)
+            .map_err(|e| format!("condition {name}: {e}"))
+    }
+
+    fn holds(
+        &self,
+        v: &Value,
+        params: &BTreeMap<String, String>,
+        depth: usize,
+    ) -> Result<bool, String> {
+        if depth > 16 {
+            return Err("conditions nest too deep (a cycle?)".into());
+        }
+        let (f, arg) = intrinsic(v).ok_or(format!("{v:?} is not a condition function"))?;
+        let args = || arg.as_sequence().map(Vec::as_slice).unwrap_or_default();
+        match (f.as_str(), args()) {
+            ("Equals", [a, b]) => Ok(self.scalar(a, params)? == self.scalar(b, params)?),
+            ("Not", [c]) => Ok(!self.holds(c, params, depth + 1)?),
+            ("And", cs) if !cs.is_empty() => cs
+                .iter()
+                .try_fold(true, |all, c| Ok(all && self.holds(c, params, depth + 1)?)),
+            ("Or", cs) if !cs.is_empty() => cs
+                .iter()
+                .try_fold(false, |any, c| Ok(any || self.holds(c, params, depth + 1)?)),
+            ("Condition", _) => {
+                let other = arg.as_str().ok_or("!Condition needs a name")?;
+                self.condition_depth(other, params, depth)
+            }
+            _ => Err(format!("!{f} {arg:?} is not understood")),
+        }
+    }
+
+    /// A literal, or `!Ref` to a parameter, as a string.
+    fn scalar(&self, v: &Value, params: &BTreeMap<String, String>) -> Result<String, String> {
+        match v {
+            Value::String(s) => Ok(s.clone()),
+            Value::Number(n) => Ok(n.to_string()),
+            Value::Bool(b) => Ok(b.to_string()),
+            _ => match intrinsic(v) {
+                Some((f, Value::String(p))) if f == "Ref" => params
+                    .get(p)
+                    .cloned()
+                    .or_else(|| self.parameters.get(p).cloned().flatten())
+                    .ok_or(format!("parameter {p} has no value and no Default")),
+                _ => Err(format!("{v:?}: only a literal or !Ref to a parameter")),
+            },
+        }
+    }
 }
 
 /// The embedded template, parsed.
@@ -2018,12 +2089,22 @@ mod tests {
                     "{role}: X-Ray actions whatever TracingMode says"
                 );
             }
-            let xray_only = match &r.conditional_statements[..] {
-                [(cond, st)] => {
+            let (tracing, other): (Vec<_>, Vec<_>) = r
+                .conditional_statements
+                .iter()
+                .partition(|(cond, _)| cond == "TracingActive");
+            for (cond, st) in other {
+                check!(
+                    out,
+                    !st.actions.iter().any(|a| a.starts_with("xray:")),
+                    "{role}: X-Ray actions under {cond}, not TracingActive"
+                );
+            }
+            let xray_only = match &tracing[..] {
+                [(_, st)] => {
                     let mut actions = st.actions.clone();
                     actions.sort();
-                    cond == "TracingActive"
-                        && st.effect == "Allow"
+                    st.effect == "Allow"
                         && actions == XRAY_ACTIONS
                         && st.resources == [ResourceDef::Literal("*".into())]
                         && st.condition.is_none()
@@ -2034,8 +2115,7 @@ mod tests {
             check!(
                 out,
                 xray_only,
-                "{role}: with TracingActive, exactly {XRAY_ACTIONS:?} on *, is {:?}",
-                r.conditional_statements
+                "{role}: with TracingActive, exactly {XRAY_ACTIONS:?} on *, is {tracing:?}"
             );
         }
         out
@@ -2226,8 +2306,10 @@ mod tests {
     /// The IAM side as the permission proof (`tests/tests/permissions.rs`) reads it: every
     /// function runs as a role of its own that writes its own log group, and only the roles
     /// of the functions that plan (the plan endpoint, and the MCP endpoint's plan tools) may
-    /// sign. The proof reads the unconditional statements (the default deployment); a
-    /// role's conditional ones may only be X-Ray's, under TracingActive.
+    /// sign. The proof reads the statements in force in its deployment (the parameters'
+    /// defaults); a role's conditional ones may only be X-Ray's, under TracingActive, and
+    /// execute's read of the public key, under ExecuteReadsPublicKey (see
+    /// [`the_execute_role_reads_the_public_key_only_when_it_is_not_configured`]).
     #[test]
     fn every_function_has_its_own_role_and_only_the_planners_sign() {
         let t = tpl();
@@ -2260,6 +2342,9 @@ mod tests {
             });
             assert!(writes_it, "{role} must write {group}");
             for (cond, st) in &r.conditional_statements {
+                if cond == "ExecuteReadsPublicKey" && role == "ExecuteRole" {
+                    continue;
+                }
                 assert_eq!(cond, "TracingActive", "{role}: a conditional policy");
                 assert!(
                     st.actions
@@ -2290,6 +2375,121 @@ mod tests {
                 .map(|s| s.principal.clone())
                 .collect();
             assert_eq!(signers, planners, "{}", k.logical_id);
+        }
+    }
+
+    /// Issue 19: with `ConfirmationPublicKey` set, the execute function gets it and makes
+    /// no KMS call, so its role may not read the key; empty (the default), it reads it
+    /// once per cold start, and may. Whether the code does either is the permission proof's
+    /// and `tests/tests/permissions.rs`'s cold-start test's business.
+    #[test]
+    fn the_execute_role_reads_the_public_key_only_when_it_is_not_configured() {
+        let t = tpl();
+        assert_eq!(
+            t.parameters.get("ConfirmationPublicKey"),
+            Some(&Some(String::new())),
+            "ConfirmationPublicKey: default empty"
+        );
+        let empty: Value =
+            serde_yaml::from_str("!Equals [!Ref ConfirmationPublicKey, \"\"]").expect("YAML");
+        assert_eq!(t.conditions.get("ExecuteReadsPublicKey"), Some(&empty));
+        let execute = t
+            .functions
+            .iter()
+            .find(|f| f.binary.as_deref() == Some("execute"))
+            .expect("the execute function");
+        assert_eq!(
+            ref_to(execute.env.get("AIRLOCK_CONFIRMATION_PUBLIC_KEY")).as_deref(),
+            Some("ConfirmationPublicKey")
+        );
+        for f in t
+            .functions
+            .iter()
+            .filter(|f| f.logical_id != execute.logical_id)
+        {
+            assert!(
+                !f.env.contains_key("AIRLOCK_CONFIRMATION_PUBLIC_KEY"),
+                "{}: only execute verifies with a configured key",
+                f.logical_id
+            );
+        }
+        let role = t
+            .role(execute.role.as_deref().expect("Role"))
+            .expect("ExecuteRole");
+        let managed = role
+            .managed_policies
+            .iter()
+            .filter_map(|m| t.managed_policy(m))
+            .flat_map(|m| &m.statements);
+        for st in role.statements.iter().chain(managed) {
+            assert!(
+                !st.actions.iter().any(|a| a.starts_with("kms:")),
+                "ExecuteRole: {:?} whatever ConfirmationPublicKey says",
+                st.actions
+            );
+        }
+        let reads: Vec<_> = role
+            .conditional_statements
+            .iter()
+            .filter(|(c, _)| c == "ExecuteReadsPublicKey")
+            .map(|(_, st)| st)
+            .collect();
+        let [st] = reads[..] else {
+            panic!("ExecuteRole: one statement under ExecuteReadsPublicKey, is {reads:?}")
+        };
+        assert_eq!(st.effect, "Allow");
+        assert_eq!(st.actions, ["kms:GetPublicKey"]);
+        let key = |id: &str| ResourceDef::Arn {
+            logical_id: id.into(),
+            suffix: String::new(),
+        };
+        assert_eq!(
+            st.resources,
+            [ResourceDef::Either(vec![
+                key("SigningKeyA"),
+                key("SigningKeyB")
+            ])]
+        );
+        // The condition as a deploy evaluates it.
+        let with = |v: &str| BTreeMap::from([("ConfirmationPublicKey".to_string(), v.to_string())]);
+        assert_eq!(
+            t.condition_holds("ExecuteReadsPublicKey", &BTreeMap::new()),
+            Ok(true)
+        );
+        assert_eq!(
+            t.condition_holds("ExecuteReadsPublicKey", &with("")),
+            Ok(true)
+        );
+        assert_eq!(
+            t.condition_holds("ExecuteReadsPublicKey", &with("MFkw")),
+            Ok(false)
+        );
+    }
+
+    #[test]
+    fn conditions_evaluate_or_say_why_not() {
+        let t = parse(
+            "Parameters:\n  P: {Type: String, Default: a}\n  Q: {Type: String}\nConditions:\n  \
+             IsA: !Equals [!Ref P, a]\n  NotA: !Not [!Condition IsA]\n  \
+             Both: !And [!Condition IsA, {'Fn::Equals': [{Ref: Q}, x]}]\n  \
+             Either: !Or [!Condition NotA, !Equals [!Ref Q, x]]\n  \
+             Odd: !Select [0, [a]]\n  Loop: !Condition Loop\nResources: {}\n",
+        )
+        .expect("parses");
+        let p = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(t.condition_holds("IsA", &p(&[])), Ok(true));
+        assert_eq!(t.condition_holds("IsA", &p(&[("P", "b")])), Ok(false));
+        assert_eq!(t.condition_holds("NotA", &p(&[("P", "b")])), Ok(true));
+        assert_eq!(t.condition_holds("Both", &p(&[("Q", "x")])), Ok(true));
+        assert_eq!(t.condition_holds("Both", &p(&[("Q", "y")])), Ok(false));
+        assert_eq!(t.condition_holds("Either", &p(&[("Q", "x")])), Ok(true));
+        assert_eq!(t.condition_holds("Either", &p(&[("Q", "y")])), Ok(false));
+        for bad in ["Both", "Odd", "Loop", "Missing"] {
+            assert!(t.condition_holds(bad, &p(&[])).is_err(), "{bad}");
         }
     }
 
