@@ -167,13 +167,7 @@ pub async fn serve(
     }
     state.execute.confirmations.preload().await?;
     if workers {
-        let opts = airlock::worker::consumer::ConsumerOptions::from_config(&state.config);
-        for q in [
-            airlock::domain::QueueTarget::Orders,
-            airlock::domain::QueueTarget::Jobs,
-        ] {
-            tokio::spawn(airlock::worker::consumer::run(state.consumer(), q, opts));
-        }
+        start_workers(&state)?;
     }
     let sweep = state.sweeper.clone();
     let every = std::time::Duration::from_millis(state.config.sweep_interval_ms);
@@ -210,6 +204,32 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown())
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The order and job consumers, on a thread and runtime of their own: the OS shares the
+/// cores between it and the HTTP runtime's threads, so however many connections the API
+/// serves, the workers keep their share and a stream of executes cannot starve them.
+fn start_workers(state: &airlock::app::AppState) -> Result<(), String> {
+    use airlock::domain::QueueTarget;
+    use airlock::worker::consumer;
+    let opts = consumer::ConsumerOptions::from_config(&state.config);
+    let (orders, jobs) = (state.consumer(), state.consumer());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the workers' runtime: {e}"))?;
+    std::thread::Builder::new()
+        .name("airlock-workers".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                tokio::join!(
+                    consumer::run(orders, QueueTarget::Orders, opts),
+                    consumer::run(jobs, QueueTarget::Jobs, opts)
+                )
+            });
+        })
+        .map_err(|e| format!("starting the workers' thread: {e}"))?;
+    Ok(())
 }
 
 async fn shutdown() {

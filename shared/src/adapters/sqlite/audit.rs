@@ -1,6 +1,6 @@
 //! The audit log on SQLite: append-only records, read back as an id's trail.
 
-use super::rows::{compact_body, full_body, Cached};
+use super::rows::{full_body, Cached, Compact};
 use super::{db_err, Sqlite};
 use crate::error::StoreResult;
 use crate::ports::AuditLog;
@@ -9,11 +9,36 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 pub(super) fn append_audit(c: &Connection, a: &AuditRecord) -> StoreResult<()> {
-    let text = compact_body(c, a)?;
-    c.prepare_cached("INSERT INTO audit (at, plan_id, action_id, body) VALUES (?, ?, ?, ?)")
-        .and_then(|mut st| st.execute(params![a.at, a.plan_id, a.action_id, text]))
+    AuditRow::new(a)?.insert(c)
+}
+
+/// An audit record ready to append (built before the write, see [`Compact`]).
+pub(super) struct AuditRow {
+    at: i64,
+    plan_id: Option<String>,
+    action_id: Option<String>,
+    body: Compact,
+}
+
+impl AuditRow {
+    pub(super) fn new(a: &AuditRecord) -> StoreResult<AuditRow> {
+        Ok(AuditRow {
+            at: a.at,
+            plan_id: a.plan_id.clone(),
+            action_id: a.action_id.clone(),
+            body: Compact::new(a)?,
+        })
+    }
+
+    pub(super) fn insert(&self, c: &Connection) -> StoreResult<()> {
+        self.body.store(c)?;
+        c.run(
+            "INSERT INTO audit (at, plan_id, action_id, body) VALUES (?, ?, ?, ?)",
+            params![self.at, self.plan_id, self.action_id, self.body.body],
+        )
         .map_err(db_err)?;
-    Ok(())
+        Ok(())
+    }
 }
 
 #[async_trait]

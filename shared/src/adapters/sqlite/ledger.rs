@@ -3,7 +3,7 @@
 //! transaction and writes all or nothing, the embedded twin of DynamoDB's
 //! `TransactWriteItems`.
 
-use super::audit::append_audit;
+use super::audit::AuditRow;
 use super::control::load_control;
 use super::plans::load_plan;
 use super::positions::{add_open, load_exposure};
@@ -35,7 +35,11 @@ pub(super) fn load_key(
 }
 
 pub(super) fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
-    let text = serde_json::to_string(k).map_err(json_err)?;
+    put_key_text(c, k, &serde_json::to_string(k).map_err(json_err)?)
+}
+
+/// [`put_key`] with the body already serialized (`text` is `k` as JSON).
+fn put_key_text(c: &Connection, k: &KeyRecord, text: &str) -> StoreResult<()> {
     c.prepare_cached(
         "INSERT OR REPLACE INTO idempotency_keys (principal, key, lease_owner, expires_at, body) \
          VALUES (?, ?, ?, ?, ?)",
@@ -67,10 +71,19 @@ pub(super) fn check(
     commit: &ExecuteCommit,
     now: i64,
 ) -> StoreResult<Option<Conflict>> {
-    let existing = load_key(tx, &commit.key.principal, &commit.key.key, now)?;
+    // The key's owner column (`KeyRecord::owner`), without parsing its body.
+    let existing: Option<Option<String>> = tx
+        .row(
+            "SELECT lease_owner FROM idempotency_keys \
+             WHERE principal = ? AND key = ? AND expires_at > ?",
+            params![commit.key.principal, commit.key.key, now],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db_err)?;
     let key_ok = match (&commit.key_condition, &existing) {
         (KeyCondition::Absent, None) => true,
-        (KeyCondition::ClaimedBy(owner), Some(k)) => k.owner() == Some(owner.as_str()),
+        (KeyCondition::ClaimedBy(owner), Some(held)) => held.as_deref() == Some(owner.as_str()),
         _ => false,
     };
     if !key_ok {
@@ -86,7 +99,20 @@ pub(super) fn check(
         }
     }
     if let Some(version) = commit.control_version {
-        if load_control(tx)?.version != version {
+        // The version alone, read by SQLite (the body holds the whole policy).
+        let stored: Option<Option<u64>> = tx
+            .row(
+                "SELECT json_extract(body, '$.version') FROM control WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)?;
+        if stored
+            .flatten()
+            .unwrap_or(crate::records::Control::default().version)
+            != version
+        {
             return Ok(Some(Conflict::Control));
         }
     }
@@ -163,35 +189,49 @@ impl ExecuteLedger for Sqlite {
     }
 
     async fn commit(&self, commit: &ExecuteCommit, now: i64) -> StoreResult<CommitOutcome> {
+        // Every record is serialized here, off the writer thread; only SQL runs on it.
+        let key_text = serde_json::to_string(&commit.key).map_err(json_err)?;
+        let action_text = commit
+            .action
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(json_err)?;
+        let audit = AuditRow::new(&commit.audit)?;
+        // The plan's change, as the fields it sets in the stored body.
+        let plan_change = commit.plan_change.as_ref().map(|(plan_id, change)| {
+            let (status, field, value) = match change {
+                PlanChange::Execute { action_id } => {
+                    (PlanStatus::Executed, "$.action_id", action_id.clone())
+                }
+                PlanChange::Close { reason_code } => {
+                    (PlanStatus::Closed, "$.closed_reason", reason_code.clone())
+                }
+            };
+            let status = serde_json::to_value(status)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            (plan_id.clone(), status, field, value)
+        });
         let commit = commit.clone();
         self.write(move |tx| {
             if let Some(conflict) = check(tx, &commit, now)? {
                 return Ok(CommitOutcome::Conflict(conflict));
             }
-            put_key(tx, &commit.key)?;
-            if let Some((plan_id, change)) = &commit.plan_change {
-                let mut plan = load_plan(tx, plan_id)?
-                    .ok_or_else(|| crate::error::StoreError::Corrupt("plan vanished".into()))?;
-                match change {
-                    PlanChange::Execute { action_id } => {
-                        plan.status = PlanStatus::Executed;
-                        plan.action_id = Some(action_id.clone());
-                    }
-                    PlanChange::Close { reason_code } => {
-                        plan.status = PlanStatus::Closed;
-                        plan.closed_reason = Some(reason_code.clone());
-                    }
+            put_key_text(tx, &commit.key, &key_text)?;
+            if let Some((plan_id, status, field, value)) = &plan_change {
+                let changed = tx
+                    .run(
+                        "UPDATE plans SET status = ?1, \
+                         body = json_set(body, '$.status', ?1, ?2, ?3), awaiting_desk = NULL \
+                         WHERE plan_id = ?4",
+                        params![status, field, value, plan_id],
+                    )
+                    .map_err(db_err)?;
+                if changed != 1 {
+                    return Err(crate::error::StoreError::Corrupt("plan vanished".into()));
                 }
-                let status = serde_json::to_value(plan.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default();
-                let text = super::rows::compact_body(tx, &plan)?;
-                tx.run(
-                    "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
-                    params![status, text, plan_id],
-                )
-                .map_err(db_err)?;
             }
             if let Some(u) = &commit.rate {
                 let mut state = load_rate(tx, &u.operator_id)?;
@@ -215,8 +255,7 @@ impl ExecuteLedger for Sqlite {
             if let Some(r) = &commit.reserve {
                 add_open(tx, &r.delta)?;
             }
-            if let Some(a) = &commit.action {
-                let text = serde_json::to_string(a).map_err(json_err)?;
+            if let (Some(a), Some(text)) = (&commit.action, &action_text) {
                 tx.run(
                     "INSERT INTO actions (action_id, plan_id, enqueued_at, created_at, body) \
                      VALUES (?, ?, ?, ?, ?)",
@@ -224,7 +263,7 @@ impl ExecuteLedger for Sqlite {
                 )
                 .map_err(db_err)?;
             }
-            append_audit(tx, &commit.audit)?;
+            audit.insert(tx)?;
             Ok(CommitOutcome::Committed)
         })
         .await

@@ -198,15 +198,25 @@ impl Sqlite {
         &self.inner.path
     }
 
-    /// Runs `f` on a reader connection on the blocking pool.
+    /// Runs `f` on a reader connection. A read of the WAL snapshot takes microseconds, less
+    /// than a hand-off to the blocking pool (two thread switches), so it runs on the
+    /// calling thread on the first reader that is free; only when every reader is busy
+    /// does it wait for one on the blocking pool.
     pub(crate) async fn read<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     {
+        let n = self.inner.readers.len();
+        let start = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..n {
+            if let Ok(conn) = self.inner.readers[(start + i) % n].try_lock() {
+                return f(&conn);
+            }
+        }
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let i = inner.next.fetch_add(1, Ordering::Relaxed) % inner.readers.len();
+            let i = start % inner.readers.len();
             let conn = inner.readers[i]
                 .lock()
                 .map_err(|_| StoreError::Unavailable("sqlite reader poisoned".into()))?;

@@ -1,10 +1,10 @@
 //! Plans on SQLite: the `plans` table; a plan is stored with its audit record.
 
-use super::audit::append_audit;
+use super::audit::{append_audit, AuditRow};
 use super::rows::desk_clause;
 use super::rows::one_body;
 use super::rows::Cached;
-use super::rows::{compact_body, full_body};
+use super::rows::{compact_body, full_body, Compact};
 use super::{db_err, Sqlite};
 use crate::auth::DeskScope;
 use crate::domain::Millis;
@@ -20,16 +20,16 @@ impl PlanStore for Sqlite {
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()> {
         let (id, status, exp) = (plan.plan_id.clone(), "planned".to_string(), plan.expires_at);
         let awaiting = plan.awaiting_desk().map(String::from);
-        let (plan, audit) = (plan.clone(), audit.clone());
+        let (plan, audit) = (Compact::new(plan)?, AuditRow::new(audit)?);
         self.write(move |tx| {
-            let plan_body = compact_body(tx, &plan)?;
+            plan.store(tx)?;
             tx.run(
                 "INSERT INTO plans (plan_id, status, expires_at, body, awaiting_desk) \
                  VALUES (?, ?, ?, ?, ?)",
-                params![id, status, exp, plan_body, awaiting],
+                params![id, status, exp, plan.body, awaiting],
             )
             .map_err(db_err)?;
-            append_audit(tx, &audit)
+            audit.insert(tx)
         })
         .await
     }

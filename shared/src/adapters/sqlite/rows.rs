@@ -112,29 +112,58 @@ pub(super) fn one_body(
 /// The field of a stored plan or audit body that replaces its `risk_checks`.
 const CHECKS_REF: &str = "risk_checks_ref";
 
-/// A plan or audit record as stored: JSON whose `risk_checks` list, when not empty, is
-/// kept once in `check_sets` (by the SHA-256 of its JSON) and referenced as
+/// A plan or audit record ready to store: JSON whose `risk_checks` list, when not empty,
+/// is kept once in `check_sets` (by the SHA-256 of its JSON) and referenced as
 /// `risk_checks_ref`. A plan and its plan and execute audit records hold the same list;
-/// stored inline it was about half of each pair's bytes. [`full_body`] reverses it.
-pub(super) fn compact_body<T: serde::Serialize>(c: &Connection, rec: &T) -> StoreResult<String> {
-    let mut v = serde_json::to_value(rec).map_err(json_err)?;
-    if let Some(obj) = v.as_object_mut() {
-        if let Some(checks) = obj
-            .get("risk_checks")
-            .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
-        {
-            let text = serde_json::to_string(checks).map_err(json_err)?;
-            let hash = crate::protocol::sha256_hex(text.as_bytes());
+/// stored inline it was about half of each pair's bytes. [`full_body`] reverses it. Built
+/// before the write (serializing and hashing stay off the writer thread); [`Compact::store`]
+/// inside it.
+pub(super) struct Compact {
+    pub body: String,
+    /// The check list's hash and JSON.
+    checks: Option<(String, String)>,
+}
+
+impl Compact {
+    pub(super) fn new<T: serde::Serialize>(rec: &T) -> StoreResult<Compact> {
+        let mut v = serde_json::to_value(rec).map_err(json_err)?;
+        let mut checks = None;
+        if let Some(obj) = v.as_object_mut() {
+            if let Some(list) = obj
+                .get("risk_checks")
+                .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
+            {
+                let text = serde_json::to_string(list).map_err(json_err)?;
+                let hash = crate::protocol::sha256_hex(text.as_bytes());
+                obj.remove("risk_checks");
+                obj.insert(CHECKS_REF.into(), serde_json::Value::String(hash.clone()));
+                checks = Some((hash, text));
+            }
+        }
+        Ok(Compact {
+            body: serde_json::to_string(&v).map_err(json_err)?,
+            checks,
+        })
+    }
+
+    /// Stores the check list (once per distinct list); the body to store is `self.body`.
+    pub(super) fn store(&self, c: &Connection) -> StoreResult<()> {
+        if let Some((hash, text)) = &self.checks {
             c.run(
                 "INSERT OR IGNORE INTO check_sets (hash, body) VALUES (?, ?)",
                 rusqlite::params![hash, text],
             )
             .map_err(db_err)?;
-            obj.remove("risk_checks");
-            obj.insert(CHECKS_REF.into(), serde_json::Value::String(hash));
         }
+        Ok(())
     }
-    serde_json::to_string(&v).map_err(json_err)
+}
+
+/// [`Compact`] built and stored at once: the body to store.
+pub(super) fn compact_body<T: serde::Serialize>(c: &Connection, rec: &T) -> StoreResult<String> {
+    let k = Compact::new(rec)?;
+    k.store(c)?;
+    Ok(k.body)
 }
 
 /// A stored plan or audit body with its risk checks back in place ([`compact_body`]);
