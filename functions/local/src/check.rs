@@ -185,6 +185,22 @@ impl Ctx {
         })
     }
 
+    /// Executes `plan` (its id and token) under the key `key` and expects `202 queued`.
+    async fn execute_accepted(
+        &self,
+        plan: &Value,
+        key: &str,
+        what: &str,
+    ) -> Result<Accepted, String> {
+        let token = plan["confirmation_token"]
+            .as_str()
+            .ok_or_else(|| format!("{what}: the plan has no confirmation token"))?;
+        let plan_id = plan["plan_id"].as_str().unwrap_or_default();
+        let body = self.execute_body(plan_id, Some(token), key).to_string();
+        let a = self.post("/actions/execute", body.clone()).await?;
+        accepted(&a, body, what)
+    }
+
     fn execute_body(&self, plan_id: &str, token: Option<&str>, key: &str) -> Value {
         let mut b = json!({
             "plan_id": plan_id,
@@ -1189,10 +1205,8 @@ async fn execute(ctx: &Ctx, report: &mut Report, found: &Found) {
             }
             let plan_id = p.body["plan_id"].as_str().unwrap_or_default();
             match p.body["confirmation_token"].as_str() {
-                Some(token) => {
-                    let body = ctx.execute_body(plan_id, Some(token), "order").to_string();
-                    let a = ctx.post("/actions/execute", body.clone()).await?;
-                    let acc = accepted(&a, body, "the order")?;
+                Some(_) => {
+                    let acc = ctx.execute_accepted(&p.body, "order", "the order").await?;
                     let d = format!(
                         "queued {} (order {}): buy 1 {symbol} limit {limit}, reference {reference}",
                         acc.action_id,
@@ -1227,14 +1241,14 @@ async fn execute(ctx: &Ctx, report: &mut Report, found: &Found) {
                 "execute-sync",
             )
             .await?;
-        let token = p.body["confirmation_token"].as_str().ok_or_else(|| {
+        if p.body["confirmation_token"].is_null() {
             let (failed, _) = failed_checks(&p.body);
-            format!("the plan has no confirmation token: {}", failed.join("; "))
-        })?;
-        let plan_id = p.body["plan_id"].as_str().unwrap_or_default();
-        let body = ctx.execute_body(plan_id, Some(token), "sync").to_string();
-        let a = ctx.post("/actions/execute", body.clone()).await?;
-        let acc = accepted(&a, body, "the sync")?;
+            return Err(format!(
+                "the plan has no confirmation token: {}",
+                failed.join("; ")
+            ));
+        }
+        let acc = ctx.execute_accepted(&p.body, "sync", "the sync").await?;
         let d = format!(
             "queued {} (job {})",
             acc.action_id,
@@ -1305,13 +1319,9 @@ async fn execute(ctx: &Ctx, report: &mut Report, found: &Found) {
                         ))
                     };
                 }
-                let token = p.body["confirmation_token"]
-                    .as_str()
-                    .ok_or("the cancel plan has no confirmation token")?;
-                let plan_id = p.body["plan_id"].as_str().unwrap_or_default();
-                let body = ctx.execute_body(plan_id, Some(token), "cancel").to_string();
-                let a = ctx.post("/actions/execute", body.clone()).await?;
-                let cancel = accepted(&a, body, "the cancel")?;
+                let cancel = ctx
+                    .execute_accepted(&p.body, "cancel", "the cancel")
+                    .await?;
                 let (action, took) = ctx.settle(&cancel.action_id).await?;
                 let o = ctx.order(&account, &order_id).await?;
                 let d = format!(
