@@ -20,21 +20,28 @@ impl PositionStore for Aws {
         account_id: Option<&str>,
         page: &Page<(String, String)>,
     ) -> StoreResult<Vec<Position>> {
-        // One account: read it (GetItem) rather than scan the table for it.
-        let candidates = match account_id {
-            Some(id) => self.get_account(id).await?.into_iter().collect(),
-            None => self.all_accounts().await?,
+        let candidates: Vec<String> = match (account_id, desks) {
+            // Every desk: one account's positions need no read of the account.
+            (Some(id), DeskScope::All) => vec![id.to_string()],
+            // One account: read it (GetItem) for its desk rather than scan the table.
+            (Some(id), _) => self
+                .get_account(id)
+                .await?
+                .into_iter()
+                .filter(|a| desks.allows(&a.desk))
+                .map(|a| a.account_id)
+                .collect(),
+            (None, _) => self
+                .all_accounts()
+                .await?
+                .into_iter()
+                .filter(|a| desks.allows(&a.desk))
+                .map(|a| a.account_id)
+                .collect(),
         };
         let accounts: Vec<String> = candidates
             .into_iter()
-            .filter(|a| desks.allows(&a.desk))
-            .filter(|a| account_id.is_none_or(|id| id == a.account_id))
-            .filter(|a| {
-                page.after
-                    .as_ref()
-                    .is_none_or(|(acc, _)| &a.account_id >= acc)
-            })
-            .map(|a| a.account_id)
+            .filter(|a| page.after.as_ref().is_none_or(|(acc, _)| a >= acc))
             .collect();
         let mut out = Vec::new();
         for acc in accounts {
