@@ -143,8 +143,11 @@ impl ConfirmationVerifier {
     async fn load(&self) -> Result<&Loaded, TokenFault> {
         self.keys
             .get_or_try_init(|| async {
+                // A configured key is loaded at construction; never fetched, never a panic.
                 let KeyOrigin::Signer(signer) = &self.origin else {
-                    unreachable!("a configured key is loaded at construction")
+                    return Err(crate::error::StoreError::Unavailable(
+                        "the configured confirmation key was not loaded".into(),
+                    ));
                 };
                 let public = signer.public_key().await?;
                 Ok::<_, crate::error::StoreError>(Self::loaded(&self.audience, &self.kid, public))

@@ -167,7 +167,7 @@ fn main() -> std::process::ExitCode {
         cfg.state_dir = cli.state_dir;
         let backend: airlock::app::Backend = cli.backend.parse()?;
         match command {
-            Command::Check(_) => unreachable!("handled above"),
+            Command::Check(_) => Err("`check` runs before the configuration is read".into()),
             Command::Serve {
                 addr,
                 metrics_addr,
