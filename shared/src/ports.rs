@@ -231,6 +231,10 @@ pub struct ExecuteCommit {
     /// The order's contracts, reserved against the position limit.
     pub reserve: Option<Reservation>,
     pub action: Option<ActionRecord>,
+    /// Queue the action's message in this same atomic write, in this message group,
+    /// deduplicated on the action id: a transactional outbox. Only set for a ledger that
+    /// [`ExecuteLedger::queues_in_commit`], and then the action is stored as sent.
+    pub enqueue_group: Option<String>,
     pub audit: AuditRecord,
 }
 
@@ -280,6 +284,13 @@ pub enum CommitOutcome {
 
 #[async_trait]
 pub trait ExecuteLedger: Send + Sync {
+    /// Whether [`ExecuteLedger::commit`] can queue the action's message in its own atomic
+    /// write ([`ExecuteCommit::enqueue_group`]): the embedded store, whose queue is a table
+    /// of the same database. DynamoDB and SQS share no transaction: execute sends after the
+    /// commit there (the default, `false`).
+    fn queues_in_commit(&self) -> bool {
+        false
+    }
     /// A live key record (expired ones count as absent).
     async fn get_key(
         &self,

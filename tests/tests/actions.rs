@@ -435,9 +435,62 @@ async fn rollout_modes_and_rate_limits(b: Backend) {
     assert_eq!(queue_count(&s), 2);
 }
 
+/// A crash between the execute commit and the send. The embedded store queues the message
+/// in the commit itself (its outbox); `execute.send_after_commit` makes it send after the
+/// commit as on AWS, so the window the sweeper closes is tested on both backends.
+const SEND_AFTER_COMMIT_THEN_CRASH: &str = "execute.send_after_commit,execute.after_commit";
+
+#[tokio::test]
+async fn the_embedded_commit_queues_the_message_so_a_crash_after_it_loses_nothing() {
+    let s = start(
+        Backend::Embedded,
+        &[("AIRLOCK_FAILPOINTS", "execute.after_commit")],
+    );
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let died = t
+        .try_post("/actions/execute", &Api::execute_body(&p, "outbox-1"))
+        .await;
+    assert!(died.is_err(), "the server died after the commit: {died:?}");
+    let dir = s.wait_exit(Duration::from_secs(10));
+    // No sweeper for an hour, and a queue that refuses every send: the message is there
+    // already, committed with the decision.
+    let again = dir.start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_SWEEP_AFTER_MS", "3600000"),
+        ("AIRLOCK_FAILPOINTS", "dispatch.send_fails"),
+    ]);
+    assert_eq!(again.queued_messages(), 1, "queued by the commit itself");
+    let t = again.trader();
+    let r = t.execute(&p, "outbox-1").await;
+    assert_eq!(
+        (r.status, r["status"].as_str()),
+        (200, Some("duplicate")),
+        "{:?}",
+        r.body
+    );
+    let action_id = r["action_id"].as_str().unwrap().to_string();
+    // A new execute answers 202 though the send would fail: there is no send after the
+    // commit to fail.
+    let q = executable_plan(&t).await;
+    let second = t.execute(&q, "outbox-2").await;
+    assert_eq!(second.status, 202, "{:?}", second.body);
+    assert_eq!(again.queued_messages(), 2);
+    // The workers handle the one the crash left, once; nothing was resent.
+    let dir = again.crash();
+    let s = dir.start(&[("AIRLOCK_NOW", MARKET_OPEN), ("AIRLOCK_WORKERS", "on")]);
+    let a = s.trader().settled(&action_id).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    let trail = s.audit(&action_id);
+    assert!(
+        trail.iter().all(|a| a["decision"] != "resent"),
+        "{trail:?}"
+    );
+}
+
 both!(a_retry_after_a_crash_after_the_commit_answers_from_the_commit);
 async fn a_retry_after_a_crash_after_the_commit_answers_from_the_commit(b: Backend) {
-    let s = start(b, &[("AIRLOCK_FAILPOINTS", "execute.after_commit")]);
+    let s = start(b, &[("AIRLOCK_FAILPOINTS", SEND_AFTER_COMMIT_THEN_CRASH)]);
     let t = s.trader();
     let p = executable_plan(&t).await;
     let sent = t
@@ -534,7 +587,7 @@ async fn a_commit_whose_reply_was_lost_carries_on_from_its_own_decision(b: Backe
 
 both!(a_crash_after_the_commit_is_finished_by_the_sweeper);
 async fn a_crash_after_the_commit_is_finished_by_the_sweeper(b: Backend) {
-    let s = start(b, &[("AIRLOCK_FAILPOINTS", "execute.after_commit")]);
+    let s = start(b, &[("AIRLOCK_FAILPOINTS", SEND_AFTER_COMMIT_THEN_CRASH)]);
     let t = s.trader();
     let p = executable_plan(&t).await;
     let sent = t
@@ -598,7 +651,16 @@ both!(a_send_that_fails_after_the_commit_gives_up_its_lease);
 async fn a_send_that_fails_after_the_commit_gives_up_its_lease(b: Backend) {
     // Leases long enough that waiting one out could not explain the retry's success.
     let lease = ("AIRLOCK_EXECUTE_LEASE_MS", "120000");
-    let s = start(b, &[("AIRLOCK_FAILPOINTS", "dispatch.send_fails"), lease]);
+    let s = start(
+        b,
+        &[
+            (
+                "AIRLOCK_FAILPOINTS",
+                "execute.send_after_commit,dispatch.send_fails",
+            ),
+            lease,
+        ],
+    );
     let t = s.trader();
     let p = executable_plan(&t).await;
     let r = t.execute(&p, "send-fails-1").await;

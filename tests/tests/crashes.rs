@@ -4,7 +4,9 @@
 //! once, and nothing is left queued or processing.
 //!
 //! The boundaries (failpoints of the `airlock-failpoints` build):
-//! - `execute.after_commit`: decided and stored, never sent (the sweeper sends it);
+//! - `execute.after_commit`: decided and stored; on the embedded store also queued (the
+//!   commit is its outbox), on AWS never sent (the sweeper sends it). On the embedded
+//!   store the AWS shape runs too, with `execute.send_after_commit` (send after the commit);
 //! - `execute.after_send`: sent, the caller never heard the answer;
 //! - `worker.before_broker`: the order claimed for the broker, never submitted;
 //! - `worker.after_broker`: the broker has the order, our record does not;
@@ -116,7 +118,12 @@ both!(a_crash_at_every_step_boundary_loses_nothing_and_doubles_nothing);
 async fn a_crash_at_every_step_boundary_loses_nothing_and_doubles_nothing(b: Backend) {
     // One stack for every point: each crash and recovery three minutes after the last.
     let mut stack = Stack::new(b);
-    for (i, point) in POINTS.iter().enumerate() {
+    let mut points = POINTS.to_vec();
+    if b == Backend::Embedded {
+        // The commit-then-send window of the AWS shape, which the outbox closes here.
+        points.push("execute.send_after_commit,execute.after_commit");
+    }
+    for (i, point) in points.iter().enumerate() {
         let at = format!("2026-11-23T15:{:02}:00Z", i * 3);
         let later = format!("2026-11-23T15:{:02}:00Z", i * 3 + 2);
         stack = crash_at(stack, point, &at, &later, i).await;

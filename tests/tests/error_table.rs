@@ -673,7 +673,11 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
     // ---- Ten minutes later; every send to the queue fails.
     let s = s.crash().start(&[
         ("AIRLOCK_NOW", LATER),
-        ("AIRLOCK_FAILPOINTS", "dispatch.send_fails"),
+        // The embedded commit queues the message itself; this sends after it, as on AWS.
+        (
+            "AIRLOCK_FAILPOINTS",
+            "execute.send_after_commit,dispatch.send_fails",
+        ),
     ]);
     let t = s.trader();
     let r = t.execute(&expiring, "k-expired").await;

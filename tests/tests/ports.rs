@@ -283,6 +283,7 @@ fn bare(key: &str) -> ExecuteCommit {
         rate: None,
         reserve: None,
         action: None,
+        enqueue_group: None,
         audit: audit(key, None),
     }
 }
@@ -394,6 +395,46 @@ async fn commit_claims_a_key_once(b: Backend) {
     assert_conflict(&e, &ghost, Conflict::Key).await;
 }
 both!(commit_claims_a_key_once);
+
+/// The embedded ledger queues an accepted action's message in the commit itself (the
+/// outbox); DynamoDB cannot (execute sends to SQS after it). Where it can: the message is
+/// delivered once, the action is stored sent (the sweeper has nothing to look at), and a
+/// conflicting commit queues nothing.
+async fn commit_queues_its_message_where_the_ledger_can(b: Backend) {
+    let e = env(b).await;
+    let can = e.p.ledger.queues_in_commit();
+    assert_eq!(can, b == Backend::Embedded, "which ledger has an outbox");
+    if !can {
+        return;
+    }
+    let mut c = bare("k-outbox");
+    let mut a = action("act-outbox", "pln-none", "ACC-O", "k-outbox");
+    a.enqueued_at = Some(NOW);
+    c.action = Some(a.clone());
+    c.enqueue_group = Some("ACC-O".into());
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    // The same key again: a conflict, so its (other) message is not queued.
+    let mut again = c.clone();
+    let mut other = action("act-outbox-2", "pln-none", "ACC-O", "k-outbox");
+    other.enqueued_at = Some(NOW);
+    again.action = Some(other);
+    assert_eq!(commit(&e, &again).await, CommitOutcome::Conflict(Conflict::Key));
+    let got = e
+        .p
+        .queue
+        .receive(QueueTarget::Orders, 10, 30_000)
+        .await
+        .unwrap();
+    let ids: Vec<String> = got
+        .iter()
+        .map(|d| serde_json::from_str::<QueueMessage>(&d.body).unwrap().action_id)
+        .collect();
+    assert_eq!(ids, ["act-outbox"], "queued once, by the commit that won");
+    assert_eq!(got[0].group.as_deref(), Some("ACC-O"));
+    let unsent = e.p.actions.list_unsent(NOW + 3_600_000, 10).await.unwrap();
+    assert!(unsent.is_empty(), "stored as sent: {unsent:?}");
+}
+both!(commit_queues_its_message_where_the_ledger_can);
 
 async fn commit_moves_only_a_planned_plan(b: Backend) {
     let e = env(b).await;

@@ -53,13 +53,18 @@ async fn submit(t: &Api, payload: Value, key: &str, tool_call: &str) -> Resp {
 }
 
 /// A buy of 1 CLF27 on ACC-1 accepted at the atomic step, then the process died before the
-/// enqueue (failpoint `execute.after_commit`): the stopped stack and the plan.
+/// enqueue (failpoint `execute.after_commit`): the stopped stack and the plan. The embedded
+/// store queues in the commit itself; `execute.send_after_commit` makes it send after the
+/// commit as on AWS, so the window this leaves (the sweeper's work) exists on both.
 async fn accepted_then_crashed(b: Backend, tool_call: &str, key: &str) -> (Stack, Resp) {
     let s = Server::start_on(
         b,
         &[
             ("AIRLOCK_NOW", MARKET_OPEN),
-            ("AIRLOCK_FAILPOINTS", "execute.after_commit"),
+            (
+                "AIRLOCK_FAILPOINTS",
+                "execute.send_after_commit,execute.after_commit",
+            ),
         ],
     );
     let t = s.trader();

@@ -6,7 +6,8 @@
 //! 3. verify the confirmation token locally;
 //! 4. one atomic commit: decide the key (naming this attempt as its owner), consume the
 //!    plan, check the control record and the rate limit, store the action, append the
-//!    audit record;
+//!    audit record; on the embedded store, queue the message too (the queue is a table of
+//!    the same database: a transactional outbox, so step 5 has nothing left to send);
 //! 5. enqueue, and answer. Nothing is written after the send: a replay answers from the
 //!    committed key, and an action whose send was lost (a crash) is sent by the sweeper;
 //!    the queue deduplicates on the action id and workers are idempotent on it. A send that
@@ -15,7 +16,7 @@
 //!
 //! On the AWS backend that is three calls on a first execute (one `BatchGetItem`, one
 //! `TransactWriteItems`, one `SendMessage`) and two on a replay (the read and a `PutItem`
-//! of its audit record).
+//! of its audit record). On SQLite it is one read transaction and one write.
 //!
 //! Conditions that changed under us (another request won a race) make the commit a
 //! conflict; we then read again and decide again, a bounded number of times. A request
@@ -609,6 +610,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 rate: None,
                 reserve: None,
                 action: None,
+                enqueue_group: None,
                 audit: ctx.audit_rejection(now, &error, Some(&plan)),
             };
             ctx.remember(&owner, None);
@@ -729,7 +731,8 @@ fn approval_gate(origin: &str, plan: &PlanRecord, now: Millis) -> Option<ApiErro
 }
 
 /// The key holds a decision this request committed: answer it. An accepted action is sent
-/// now (the queue drops a second copy by its id, if the first send went through).
+/// now (the queue drops a second copy by its id, if the first send went through), unless
+/// its commit queued it.
 async fn own_decision(
     ctx: &Ctx<'_>,
     rec: &KeyRecord,
@@ -739,7 +742,9 @@ async fn own_decision(
     let owner = rec.owner().unwrap_or_default();
     match (&rec.state, action) {
         (KeyState::Decided { decision, .. }, Some(action)) if accepted(decision).is_some() => {
-            send(&ctx.state.dispatch, rec, owner, &action, now).await?;
+            if action.enqueued_at.is_none() {
+                send(&ctx.state.dispatch, rec, owner, &action, now).await?;
+            }
             Ok(Some(ExecuteOutcome::Queued(accepted_action(&action))))
         }
         (
@@ -1108,6 +1113,16 @@ async fn accept(
         updated_at: now,
         error: None,
     };
+    // Where the ledger can, the commit queues the message itself (the embedded store's
+    // outbox) and the action is stored sent; otherwise (SQS) it is sent after the commit.
+    // Test-only: `execute.send_after_commit` takes the second path on the embedded store
+    // too, so its commit-then-send window (the sweeper's work) is tested on both backends.
+    let in_commit =
+        st.ledger.queues_in_commit() && !crate::failpoint::hit("execute.send_after_commit");
+    let mut action = action;
+    if in_commit {
+        action.enqueued_at = Some(now);
+    }
     let owner = new_id("own", now);
     let mut audit = ctx.audit(now, "queued");
     audit.action_type = Some(plan.action_type);
@@ -1151,6 +1166,8 @@ async fn accept(
         rate: Some(rate.next(now, st.rate_per_minute)),
         reserve,
         action: Some(action.clone()),
+        enqueue_group: in_commit
+            .then(|| action.action_type.message_group(&action.account_id)),
         audit,
     };
     // Remembered before the commit: after a lost reply, the key found ours is this one.
@@ -1178,7 +1195,9 @@ async fn accept(
         tracing::error!(action_id = %action_id, "failpoint execute.after_commit: aborting");
         std::process::abort();
     }
-    send(&st.dispatch, &key, &owner, &action, now).await?;
+    if !in_commit {
+        send(&st.dispatch, &key, &owner, &action, now).await?;
+    }
     if crate::failpoint::hit("execute.after_send") {
         // Simulates a crash after the send, before the caller hears the answer.
         tracing::error!(action_id = %action_id, "failpoint execute.after_send: aborting");

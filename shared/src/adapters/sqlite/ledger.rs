@@ -1,7 +1,9 @@
 //! The execute ledger on SQLite: idempotency keys, the rate state, and the execute commit.
 //! `commit` checks every condition of an [`ExecuteCommit`] inside one IMMEDIATE
 //! transaction and writes all or nothing, the embedded twin of DynamoDB's
-//! `TransactWriteItems`.
+//! `TransactWriteItems`. The embedded queue is a table of the same database, so the
+//! commit also queues the accepted action's message (a transactional outbox): there is no
+//! window between the decision and the send on this backend.
 
 use super::audit::AuditRow;
 use super::control::load_control;
@@ -214,8 +216,18 @@ impl ExecuteLedger for Sqlite {
                 .unwrap_or_default();
             (plan_id.clone(), status, field, value)
         });
+        // The outbox: the action's message, queued by this same transaction.
+        let outbox = match (&commit.enqueue_group, &commit.action) {
+            (Some(group), Some(a)) => Some((
+                a.queue_target,
+                group.clone(),
+                serde_json::to_string(&a.message).map_err(json_err)?,
+            )),
+            _ => None,
+        };
+        let queued = outbox.as_ref().map(|(target, ..)| *target);
         let commit = commit.clone();
-        self.write(move |tx| {
+        let outcome = self.write(move |tx| {
             if let Some(conflict) = check(tx, &commit, now)? {
                 return Ok(CommitOutcome::Conflict(conflict));
             }
@@ -263,10 +275,22 @@ impl ExecuteLedger for Sqlite {
                 )
                 .map_err(db_err)?;
             }
+            if let (Some((target, group, body)), Some(a)) = (&outbox, &commit.action) {
+                let sent_at = chrono::Utc::now().timestamp_millis();
+                super::queue::insert(tx, target.as_str(), group, &a.action_id, body, sent_at)?;
+            }
             audit.insert(tx)?;
             Ok(CommitOutcome::Committed)
         })
-        .await
+        .await?;
+        if let (CommitOutcome::Committed, Some(target)) = (outcome, queued) {
+            self.wake(target);
+        }
+        Ok(outcome)
+    }
+
+    fn queues_in_commit(&self) -> bool {
+        true
     }
 
     async fn mark_sent(

@@ -90,6 +90,34 @@ fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
         .ok_or_else(|| StoreError::Corrupt(format!("receipt {receipt}")))
 }
 
+/// Puts a message on `queue`, ready now; a second message with the same `dedup_id` on
+/// that queue is dropped (the unique index), as SQS FIFO drops a resend in its window. Also
+/// the execute commit's outbox ([`super::ledger`]): the same insert inside its transaction.
+pub(super) fn insert(
+    tx: &rusqlite::Connection,
+    queue: &str,
+    group: &str,
+    dedup_id: &str,
+    body: &str,
+    now: i64,
+) -> StoreResult<()> {
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO queue (queue, group_key, dedup_id, body, visible_at, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .and_then(|mut st| st.execute(params![queue, group, dedup_id, body, now, now]))
+    .map_err(db_err)?;
+    Ok(())
+}
+
+impl Sqlite {
+    /// Raises the send signal of `queue` once a message is committed to it. A permit is
+    /// kept if no consumer waits yet, so a send is never missed.
+    pub(super) fn wake(&self, queue: QueueTarget) {
+        self.inner.sent.get(queue).notify_one();
+    }
+}
+
 #[async_trait]
 impl Queue for Sqlite {
     async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()> {
@@ -97,21 +125,9 @@ impl Queue for Sqlite {
         let queue = msg.action_type.queue_target().as_str().to_string();
         let (group, dedup) = (group.to_string(), dedup_id.to_string());
         let now = chrono::Utc::now().timestamp_millis();
-        self.write(move |tx| {
-            tx.prepare_cached(
-                "INSERT OR IGNORE INTO queue (queue, group_key, dedup_id, body, visible_at, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .and_then(|mut st| st.execute(params![queue, group, dedup, body, now, now]))
-            .map_err(db_err)?;
-            Ok(())
-        })
-        .await?;
-        // A permit is kept if no consumer waits yet, so a send is never missed.
-        self.inner
-            .sent
-            .get(msg.action_type.queue_target())
-            .notify_one();
+        self.write(move |tx| insert(tx, &queue, &group, &dedup, &body, now))
+            .await?;
+        self.wake(msg.action_type.queue_target());
         Ok(())
     }
 
