@@ -482,10 +482,7 @@ async fn the_embedded_commit_queues_the_message_so_a_crash_after_it_loses_nothin
     let a = s.trader().settled(&action_id).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
     let trail = s.audit(&action_id);
-    assert!(
-        trail.iter().all(|a| a["decision"] != "resent"),
-        "{trail:?}"
-    );
+    assert!(trail.iter().all(|a| a["decision"] != "resent"), "{trail:?}");
 }
 
 both!(a_retry_after_a_crash_after_the_commit_answers_from_the_commit);

@@ -418,16 +418,22 @@ async fn commit_queues_its_message_where_the_ledger_can(b: Backend) {
     let mut other = action("act-outbox-2", "pln-none", "ACC-O", "k-outbox");
     other.enqueued_at = Some(NOW);
     again.action = Some(other);
-    assert_eq!(commit(&e, &again).await, CommitOutcome::Conflict(Conflict::Key));
-    let got = e
-        .p
-        .queue
-        .receive(QueueTarget::Orders, 10, 30_000)
-        .await
-        .unwrap();
+    assert_eq!(
+        commit(&e, &again).await,
+        CommitOutcome::Conflict(Conflict::Key)
+    );
+    let got =
+        e.p.queue
+            .receive(QueueTarget::Orders, 10, 30_000)
+            .await
+            .unwrap();
     let ids: Vec<String> = got
         .iter()
-        .map(|d| serde_json::from_str::<QueueMessage>(&d.body).unwrap().action_id)
+        .map(|d| {
+            serde_json::from_str::<QueueMessage>(&d.body)
+                .unwrap()
+                .action_id
+        })
         .collect();
     assert_eq!(ids, ["act-outbox"], "queued once, by the commit that won");
     assert_eq!(got[0].group.as_deref(), Some("ACC-O"));

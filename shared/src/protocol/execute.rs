@@ -1166,8 +1166,7 @@ async fn accept(
         rate: Some(rate.next(now, st.rate_per_minute)),
         reserve,
         action: Some(action.clone()),
-        enqueue_group: in_commit
-            .then(|| action.action_type.message_group(&action.account_id)),
+        enqueue_group: in_commit.then(|| action.action_type.message_group(&action.account_id)),
         audit,
     };
     // Remembered before the commit: after a lost reply, the key found ours is this one.
