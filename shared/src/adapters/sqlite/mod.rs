@@ -54,6 +54,12 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
     c.pragma_update(None, "journal_mode", "WAL")?;
     c.pragma_update(None, "synchronous", "NORMAL")?;
     c.pragma_update(None, "foreign_keys", "ON")?;
+    // Statement journals (every write of a group commit runs in a savepoint) and temporary
+    // b-trees in memory. On disk each was a temp file opened, written and unlinked per
+    // statement on the writer thread: 2.5 % of the server's CPU in open/unlink alone, and
+    // 6 to 20 % of the pairs throughput (BENCHMARKS.md). A memory map of the database was
+    // tried too and was slower (page faults on a file that grows).
+    c.pragma_update(None, "temp_store", "MEMORY")?;
     // Every statement the adapter runs stays parsed (rusqlite keeps 16 by default; the
     // writer alone runs about 40 distinct ones).
     c.set_prepared_statement_cache_capacity(96);
