@@ -325,10 +325,15 @@ impl Sqlite {
         self.read(|c| {
             let mut st = c
                 .prepare(
-                    "SELECT queue, \
-                       SUM(status = 'ready'), SUM(status = 'in_flight'), SUM(status = 'dead'), \
-                       MIN(CASE WHEN status = 'ready' THEN created_at END) \
-                     FROM queue GROUP BY queue ORDER BY queue",
+                    // The live messages through `queue_live`, the dead letters through
+                    // `queue_dead`: the done ones (kept for deduplication) are not read.
+                    "SELECT queue, SUM(ready), SUM(in_flight), SUM(dead), MIN(oldest) FROM ( \
+                       SELECT queue, status = 'ready' AS ready, status = 'in_flight' AS in_flight, \
+                         0 AS dead, CASE WHEN status = 'ready' THEN created_at END AS oldest \
+                       FROM queue WHERE status IN ('ready', 'in_flight') \
+                       UNION ALL \
+                       SELECT queue, 0, 0, 1, NULL FROM queue WHERE status = 'dead') \
+                     GROUP BY queue ORDER BY queue",
                 )
                 .map_err(db_err)?;
             let rows = st

@@ -182,6 +182,14 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL
     ) WITHOUT ROWID;
     "#,
+    // 7: `queue_ready` indexed every message by its status and visibility, so each step of
+    // a message (sent, received, done) moved its entry. Only dead letters are looked up
+    // that way (the live ones through `queue_live`, the done ones through `queue_done`):
+    // a partial index of the dead letters replaces it.
+    r#"
+    DROP INDEX queue_ready;
+    CREATE INDEX queue_dead ON queue(queue, visible_at, id) WHERE status = 'dead';
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
@@ -240,6 +248,8 @@ mod tests {
         assert!(indexes.contains(&"queue_live".to_string()), "{indexes:?}");
         assert!(indexes.contains(&"queue_done".to_string()), "{indexes:?}");
         assert!(!indexes.contains(&"queue_group".to_string()), "{indexes:?}");
+        assert!(indexes.contains(&"queue_dead".to_string()), "{indexes:?}");
+        assert!(!indexes.contains(&"queue_ready".to_string()), "{indexes:?}");
         let n: i64 = c
             .query_row("SELECT COUNT(*) FROM queue", [], |r| r.get(0))
             .unwrap();
