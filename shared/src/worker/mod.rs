@@ -693,6 +693,16 @@ fn to_broker(o: &Order) -> BrokerOrder {
     }
 }
 
+/// The order as [`record`] writes it after the broker's answer `ack`.
+fn recorded(order: &Order, ack: &BrokerOrder, now: Millis) -> Order {
+    let mut next = order.clone();
+    next.status = order_status(ack.status);
+    next.filled_quantity = ack.filled_quantity;
+    next.avg_fill_price = ack.avg_fill_price;
+    next.updated_at = now.max(order.updated_at);
+    next
+}
+
 /// Records what the broker says of an order: its new state and, for a new fill, the
 /// position change. `Ok(false)`: the order or position moved under us; read again.
 async fn record(
@@ -701,11 +711,7 @@ async fn record(
     ack: &BrokerOrder,
     now: Millis,
 ) -> Result<bool, ApiError> {
-    let mut next = order.clone();
-    next.status = order_status(ack.status);
-    next.filled_quantity = ack.filled_quantity;
-    next.avg_fill_price = ack.avg_fill_price;
-    next.updated_at = now.max(order.updated_at);
+    let next = recorded(order, ack, now);
     let new_fill = ack.filled_quantity.saturating_sub(order.filled_quantity);
     let change = match (new_fill, ack.avg_fill_price) {
         (q, Some(price)) if q > 0 => {
@@ -827,7 +833,11 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
                             "failpoint worker.record_fails: the order's record was not written",
                         ));
                     }
-                    record(st, &order, &ack, now).await?;
+                    if record(st, &order, &ack, now).await? {
+                        // Our write is the order's state now: no need to read it back.
+                        order = recorded(&order, &ack, now);
+                        continue;
+                    }
                 }
             },
             OrderStatus::Rejected => return rejected(st, &order).await,
