@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use airlock_tests::{both, forge, Api, Backend, Resp, Server, MARKET_OPEN};
+use airlock_tests::{both, forge, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use serde_json::json;
 
 fn start(b: Backend, extra: &[(&str, &str)]) -> Server {
@@ -440,19 +440,46 @@ async fn rollout_modes_and_rate_limits(b: Backend) {
 /// commit as on AWS, so the window the sweeper closes is tested on both backends.
 const SEND_AFTER_COMMIT_THEN_CRASH: &str = "execute.send_after_commit,execute.after_commit";
 
-#[tokio::test]
-async fn the_embedded_commit_queues_the_message_so_a_crash_after_it_loses_nothing() {
-    let s = start(
-        Backend::Embedded,
-        &[("AIRLOCK_FAILPOINTS", "execute.after_commit")],
-    );
+/// An executable plan on a server armed with `failpoints`, whose execute with `key` kills
+/// the server mid-request: the stopped state and the plan.
+async fn execute_then_crash(b: Backend, failpoints: &str, key: &str) -> (Stack, Resp) {
+    let s = start(b, &[("AIRLOCK_FAILPOINTS", failpoints)]);
     let t = s.trader();
     let p = executable_plan(&t).await;
     let died = t
-        .try_post("/actions/execute", &Api::execute_body(&p, "outbox-1"))
+        .try_post("/actions/execute", &Api::execute_body(&p, key))
         .await;
-    assert!(died.is_err(), "the server died after the commit: {died:?}");
-    let dir = s.wait_exit(Duration::from_secs(10));
+    assert!(died.is_err(), "the server died mid-request: {died:?}");
+    (s.wait_exit(Duration::from_secs(10)), p)
+}
+
+/// The messages queued once the sweeper (every 100 ms) has queued any, within 10 s.
+async fn swept(s: &Server) -> i64 {
+    let mut n = 0;
+    for _ in 0..100 {
+        n = s.queued_messages();
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    n
+}
+
+/// A `duplicate` answer (200) to a retry; the action's id.
+fn duplicate_of(r: &Resp) -> String {
+    assert_eq!(
+        (r.status, r["status"].as_str()),
+        (200, Some("duplicate")),
+        "{:?}",
+        r.body
+    );
+    r["action_id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn the_embedded_commit_queues_the_message_so_a_crash_after_it_loses_nothing() {
+    let (dir, p) = execute_then_crash(Backend::Embedded, "execute.after_commit", "outbox-1").await;
     // No sweeper for an hour, and a queue that refuses every send: the message is there
     // already, committed with the decision.
     let again = dir.start(&[
@@ -462,14 +489,7 @@ async fn the_embedded_commit_queues_the_message_so_a_crash_after_it_loses_nothin
     ]);
     assert_eq!(again.queued_messages(), 1, "queued by the commit itself");
     let t = again.trader();
-    let r = t.execute(&p, "outbox-1").await;
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (200, Some("duplicate")),
-        "{:?}",
-        r.body
-    );
-    let action_id = r["action_id"].as_str().unwrap().to_string();
+    let action_id = duplicate_of(&t.execute(&p, "outbox-1").await);
     // A new execute answers 202 though the send would fail: there is no send after the
     // commit to fail.
     let q = executable_plan(&t).await;
@@ -487,14 +507,7 @@ async fn the_embedded_commit_queues_the_message_so_a_crash_after_it_loses_nothin
 
 both!(a_retry_after_a_crash_after_the_commit_answers_from_the_commit);
 async fn a_retry_after_a_crash_after_the_commit_answers_from_the_commit(b: Backend) {
-    let s = start(b, &[("AIRLOCK_FAILPOINTS", SEND_AFTER_COMMIT_THEN_CRASH)]);
-    let t = s.trader();
-    let p = executable_plan(&t).await;
-    let sent = t
-        .try_post("/actions/execute", &Api::execute_body(&p, "crash-1"))
-        .await;
-    assert!(sent.is_err(), "the server died mid-request: {sent:?}");
-    let dir = s.wait_exit(Duration::from_secs(10));
+    let (dir, p) = execute_then_crash(b, SEND_AFTER_COMMIT_THEN_CRASH, "crash-1").await;
 
     // Same instant: the key was decided at the atomic step; the retry answers from it
     // (no "still running" about a request that is dead), though nothing was sent yet.
@@ -504,14 +517,7 @@ async fn a_retry_after_a_crash_after_the_commit_answers_from_the_commit(b: Backe
     ]);
     assert_eq!(again.queued_messages(), 0, "committed but never sent");
     let t = again.trader();
-    let r = t.execute(&p, "crash-1").await;
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (200, Some("duplicate")),
-        "{:?}",
-        r.body
-    );
-    let action_id = r["action_id"].as_str().unwrap().to_string();
+    let action_id = duplicate_of(&t.execute(&p, "crash-1").await);
     assert_eq!(
         t.get(&format!("/actions/{action_id}")).await["status"],
         "queued"
@@ -528,15 +534,7 @@ async fn a_retry_after_a_crash_after_the_commit_answers_from_the_commit(b: Backe
         ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),
         ("AIRLOCK_SWEEP_INTERVAL_MS", "100"),
     ]);
-    let mut n = 0;
-    for _ in 0..100 {
-        n = later.queued_messages();
-        if n > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(n, 1, "the sweeper queued the action");
+    assert_eq!(swept(&later).await, 1, "the sweeper queued the action");
     let r = later.trader().execute(&p, "crash-1").await;
     assert_eq!(
         (r.status, r["action_id"].as_str()),
@@ -584,36 +582,15 @@ async fn a_commit_whose_reply_was_lost_carries_on_from_its_own_decision(b: Backe
 
 both!(a_crash_after_the_commit_is_finished_by_the_sweeper);
 async fn a_crash_after_the_commit_is_finished_by_the_sweeper(b: Backend) {
-    let s = start(b, &[("AIRLOCK_FAILPOINTS", SEND_AFTER_COMMIT_THEN_CRASH)]);
-    let t = s.trader();
-    let p = executable_plan(&t).await;
-    let sent = t
-        .try_post("/actions/execute", &Api::execute_body(&p, "crash-2"))
-        .await;
-    assert!(sent.is_err(), "the server died mid-request: {sent:?}");
-    let dir = s.wait_exit(Duration::from_secs(10));
+    let (dir, p) = execute_then_crash(b, SEND_AFTER_COMMIT_THEN_CRASH, "crash-2").await;
     // Two minutes later nobody has retried; the sweeper sends it.
     let later = dir.start(&[
         ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),
         ("AIRLOCK_SWEEP_INTERVAL_MS", "100"),
     ]);
-    let mut n = 0;
-    for _ in 0..100 {
-        n = later.queued_messages();
-        if n > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(n, 1, "the sweeper queued the action");
+    assert_eq!(swept(&later).await, 1, "the sweeper queued the action");
     let t = later.trader();
-    let r = t.execute(&p, "crash-2").await;
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (200, Some("duplicate")),
-        "{:?}",
-        r.body
-    );
+    duplicate_of(&t.execute(&p, "crash-2").await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(later.queued_messages(), 1, "never twice");
 }
