@@ -1175,14 +1175,25 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
         b,
         "stored JSON bodies",
         format!(
-            "plans {:.1} MB, actions {:.1} MB, audit {:.1} MB, queue {:.1} MB, idempotency_keys {:.1} MB; {} of {} pages free",
+            "plans {:.1} MB, check_sets {:.1} MB, actions {:.1} MB, audit {:.1} MB, queue {:.1} MB, idempotency_keys {:.1} MB; {} of {} pages free",
             body_mb("plans"),
+            body_mb("check_sets"),
             body_mb("actions"),
             body_mb("audit"),
             body_mb("queue"),
             body_mb("idempotency_keys"),
             pragma("freelist_count"),
             pragma("page_count"),
+        ),
+    ));
+    let plans = count("plans").max(1) as f64;
+    rows.push(info(
+        b,
+        "database per pair",
+        format!(
+            "{:.1} KB (airlock.db + WAL over {} plans)",
+            (size("airlock.db") + size("airlock.db-wal")) * 1e3 / plans,
+            plans
         ),
     ));
     rows

@@ -18,7 +18,9 @@
 //! energy accounts, three CL months, sides alternating) and as many `positions.sync` actions,
 //! stops it, and takes the message bodies from its queue table, so each `worker-orders`
 //! invocation creates, submits and fills a new order and each `worker-jobs` one runs a new
-//! sync job. The `sweeper` gets a scheduled event (nothing is left to sweep).
+//! sync job. The `sweeper` gets a scheduled event (nothing is left to sweep). The state dir's
+//! `policy.json` confirms orders by the plan's token (the shipped default has an operator
+//! approve them on the approval page, and the setup's executes would wait for that).
 //!
 //! For each function:
 //!
@@ -41,6 +43,44 @@
 //! CLI; default `$AIRLOCK_TEST_BIN`, else `airlock` in the bin dir, else
 //! `target/debug/airlock-failpoints` or `target/debug/airlock`).
 //!
+//! # `--execute-aws`: the execute function's CPU per invocation on the AWS backend
+//!
+//! ```text
+//! cargo build --release -p execute -p airlock-local
+//! cargo run --release -p airlock-tests --bin lambda-bench -- --execute-aws
+//! ```
+//!
+//! Issue 19's figure: the CPU one warm `execute` invocation costs on the AWS backend. The
+//! setup starts moto (`airlock_tests::moto`, the emulator the AWS suites use), runs
+//! `airlock bootstrap --demo-data` against it, sets a policy confirming orders by token
+//! (`airlock policy set`, the control record) and starts a stand-in identity provider
+//! (`airlock_tests::idp`; a deployed function accepts no dev-issuer token). The release
+//! `airlock serve --backend aws` (workers off, real clock) then makes `--invocations` (default
+//! 300) + 7 plans of `--action` (default `order.submit.cl`: market orders over both energy
+//! accounts and three CL months, sides alternating; or `positions.sync`). One release
+//! `execute` process starts under the Runtime API emulator with the template's environment
+//! (AWS backend, EMF metrics, `RUST_LOG=info`, the queue URLs, and
+//! `AIRLOCK_CONFIRMATION_PUBLIC_KEY` from `airlock confirmation-key`, so its cold start makes
+//! no call; `--no-public-key` leaves it unset: one KMS `GetPublicKey` at init), gets 5
+//! warm-up executes, then the measured ones one after another, each with its own plan, token
+//! and idempotency key. Reported: utime + stime of the process (`/proc/<pid>/stat`) over the
+//! measured invocations divided by their number (target 1.5 ms), latency p50/p99 as the
+//! emulator sees it (moto's time included), the function's context switches and moto's CPU
+//! per invocation, CPU and latency by fifth of the run (moto slows down as its tables grow,
+//! and the function's CPU per invocation rises with it while its context switches do not:
+//! presumably moto's work between the function's steps evicts its caches), the statuses, and
+//! the AWS calls of one warm invocation (from a separate probe process with
+//! `AIRLOCK_AWS_CALL_LOG`, which costs CPU, so not the measured one). `--function-env K=V`
+//! (repeatable) adds to or overrides the measured function's environment, e.g.
+//! `--function-env RUST_LOG=warn --function-env AIRLOCK_METRICS=off` to see what logging and
+//! metrics cost.
+//!
+//! The functions read the real clock, and CME crude is closed 22:00-23:00 UTC on weekdays
+//! and at weekends: orders planned then are not executable and carry no token, so execute
+//! refuses them (422 `token_invalid`, after its one read and an audit write); the table says
+//! which path was measured. `--action positions.sync` measures an accepting path at any
+//! hour.
+//!
 //! Not a test: nothing here runs under `cargo test`.
 
 use std::collections::BTreeMap;
@@ -48,9 +88,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use airlock_tests::idp::{Idp, Key};
 use airlock_tests::lambda::{
     apigw_rest_event, response_parts, FunctionProcess, LambdaEmulator, IGNORE_STAGE_ENV,
 };
+use airlock_tests::moto::Moto;
 use airlock_tests::{cli, temp_state_dir, BASE};
 use serde_json::{json, Value};
 
@@ -68,6 +110,16 @@ const ALL: [&str; 10] = [
 ];
 /// A Monday 09:00 in Chicago (CME open): the setup's `serve` runs there to queue orders.
 const MARKET_OPEN: &str = "2026-11-23T15:00:00Z";
+/// The order plans' accounts and contracts, in turn (sides alternate every round), so
+/// that their executes stay within the position limits.
+const COMBOS: [(&str, &str); 6] = [
+    ("ACC-1", "CLF27"),
+    ("ACC-2", "CLF27"),
+    ("ACC-1", "CLG27"),
+    ("ACC-2", "CLG27"),
+    ("ACC-1", "CLH27"),
+    ("ACC-2", "CLH27"),
+];
 const INIT_TARGET: Duration = Duration::from_millis(50);
 const RSS_TARGET_BYTES: u64 = 40_000_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,11 +131,19 @@ struct Opts {
     functions: Vec<String>,
     bin_dir: PathBuf,
     cli: Option<PathBuf>,
+    execute_aws: bool,
+    invocations: usize,
+    action: String,
+    no_public_key: bool,
+    /// `--function-env K=V`: more environment for the measured function (last wins).
+    function_env: Vec<(String, String)>,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: lambda-bench [--runs N] [--burst N] [--callers N] [--functions a,b] \
+         [--bin-dir DIR] [--cli PATH]\n       lambda-bench --execute-aws [--invocations N] \
+         [--action order.submit.cl|positions.sync] [--no-public-key] [--function-env K=V]... \
          [--bin-dir DIR] [--cli PATH]"
     );
     std::process::exit(2)
@@ -98,6 +158,11 @@ fn parse_opts() -> Opts {
         functions: ALL.iter().map(|s| s.to_string()).collect(),
         bin_dir: exe.parent().expect("exe dir").to_path_buf(),
         cli: None,
+        execute_aws: false,
+        invocations: 300,
+        action: "order.submit.cl".into(),
+        no_public_key: false,
+        function_env: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -109,10 +174,25 @@ fn parse_opts() -> Opts {
             "--functions" => o.functions = val().split(',').map(String::from).collect(),
             "--bin-dir" => o.bin_dir = PathBuf::from(val()),
             "--cli" => o.cli = Some(PathBuf::from(val())),
+            "--execute-aws" => o.execute_aws = true,
+            "--invocations" => o.invocations = val().parse().unwrap_or_else(|_| usage()),
+            "--action" => o.action = val(),
+            "--no-public-key" => o.no_public_key = true,
+            "--function-env" => {
+                let kv = val();
+                let (k, v) = kv.split_once('=').unwrap_or_else(|| usage());
+                o.function_env.push((k.into(), v.into()));
+            }
             _ => usage(),
         }
     }
-    if o.runs == 0 || o.burst == 0 || o.callers == 0 {
+    let actions = ["order.submit.cl", "positions.sync"];
+    if o.runs == 0
+        || o.burst == 0
+        || o.callers == 0
+        || o.invocations == 0
+        || !actions.contains(&o.action.as_str())
+    {
         usage()
     }
     o
@@ -309,46 +389,16 @@ fn queue_work(
     dir: &Path,
     n: usize,
 ) -> (Vec<(String, String)>, Vec<(String, String)>) {
-    use std::io::BufRead;
-    let dir_s = dir.to_str().expect("utf-8 dir");
     let env = vec![
         ("AIRLOCK_BACKEND".to_string(), "embedded".to_string()),
         ("AIRLOCK_NOW".to_string(), MARKET_OPEN.to_string()),
     ];
     let service = cli(dir, &env, &["token", "service"]);
-    let mut child = std::process::Command::new(cli_bin)
-        .args(["--state-dir", dir_s, "serve", "--addr", "127.0.0.1:0"])
-        .env("AIRLOCK_BACKEND", "embedded")
-        .env("AIRLOCK_NOW", MARKET_OPEN)
-        .env("AIRLOCK_WORKERS", "off")
-        .env("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000")
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn airlock serve");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("listening line");
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("airlock serve did not start: {line:?}"))
-        .to_string();
+    let (child, base) = spawn_serve(cli_bin, dir, &env);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    const COMBOS: [(&str, &str); 6] = [
-        ("ACC-1", "CLF27"),
-        ("ACC-2", "CLF27"),
-        ("ACC-1", "CLG27"),
-        ("ACC-2", "CLG27"),
-        ("ACC-1", "CLH27"),
-        ("ACC-2", "CLH27"),
-    ];
     let clients = 4;
     rt.block_on(async {
         let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -426,10 +476,7 @@ fn queue_work(
             t.await.expect("setup task");
         }
     });
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    stop_serve(child);
     let db = rusqlite::Connection::open(dir.join("airlock.db")).expect("open db");
     let mut st = db
         .prepare("SELECT queue, body, group_key FROM queue WHERE status = 'ready' ORDER BY id")
@@ -504,6 +551,9 @@ fn setup(o: &Opts) -> Setup {
         jobs_queue: Vec::new(),
         next_message: Default::default(),
     };
+    // Orders confirmed by the plan's token (the shipped default has an operator approve
+    // them on the approval page): every process on the state dir reads this file.
+    std::fs::write(s.dir.join("policy.json"), TOKEN_POLICY).expect("policy.json");
     s.mint_tokens();
     cli(&s.dir, &cli_env(), &["seed-orders", "0"]);
     if o.functions.iter().any(|f| f.starts_with("worker-")) {
@@ -631,6 +681,25 @@ fn statuses(m: &BTreeMap<String, usize>) -> String {
 
 fn main() {
     let o = parse_opts();
+    if o.execute_aws {
+        let bin = o.bin_dir.join("execute");
+        assert!(
+            bin.exists(),
+            "{} is missing: cargo build --release -p execute (or pass --bin-dir)",
+            bin.display()
+        );
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!(
+            "lambda-bench --execute-aws: {} invocations of {}; {} CPUs; loadavg {}; now {}",
+            o.invocations,
+            bin.display(),
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            load.trim(),
+            chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ")
+        );
+        execute_aws(&o);
+        return;
+    }
     for f in &o.functions {
         let bin = o.bin_dir.join(f);
         assert!(
@@ -719,5 +788,485 @@ fn main() {
         } else {
             "NOT all met (see NO above)"
         }
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// `--execute-aws`: the execute function's CPU per invocation on the AWS backend (moto).
+
+/// The stand-in identity provider's issuer (both token kinds), as the permission proof's.
+const ISSUER: &str = "https://idp.test/";
+/// Orders confirmed by the plan's token (the shipped default has an operator approve them).
+const TOKEN_POLICY: &str =
+    r#"{"version": "lambda-bench-token", "confirmation": {"order.submit.cl": "token"}}"#;
+/// Issue 19's target for the execute function's CPU per invocation.
+const CPU_TARGET: Duration = Duration::from_micros(1500);
+/// Invocations before the measured ones (the first pays for the JWKS fetch and lazy init).
+const WARMUP: usize = 5;
+
+/// User + system CPU time of a process so far (`utime` + `stime` of `/proc/<pid>/stat`,
+/// its exited threads included), in clock ticks of `getconf CLK_TCK` (else 100).
+fn cpu_time(pid: u32) -> Duration {
+    static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let hz = *TICK.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    });
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name (in parentheses, may hold spaces) come fields 3 (state) on:
+    // utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / hz)
+}
+
+/// Context switches (voluntary and not) of a process's live threads so far
+/// (`/proc/<pid>/task/*/status`): how often it went to sleep and woke up.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| l.split_once(':'))
+                .filter(|(k, _)| k.ends_with("voluntary_ctxt_switches"))
+                .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// Starts the release `airlock serve` (workers off, no execute rate limit) on `dir` with
+/// `env`; returns the process and its base URL. Stop it with [`stop_serve`].
+fn spawn_serve(
+    cli_bin: &Path,
+    dir: &Path,
+    env: &[(String, String)],
+) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut cmd = std::process::Command::new(cli_bin);
+    cmd.arg("--state-dir")
+        .arg(dir)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env_remove("AIRLOCK_NOW")
+        .env("AIRLOCK_WORKERS", "off")
+        .env("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000")
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn airlock serve");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("listening line");
+    let Some(base) = line.split_whitespace().find(|w| w.starts_with("http://")) else {
+        stop_serve(child);
+        panic!("airlock serve did not start: {line:?}");
+    };
+    let base = base.to_string();
+    (child, base)
+}
+
+fn stop_serve(mut child: std::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// The AWS stack of `--execute-aws`: moto bootstrapped with demo data and the token
+/// policy, and an identity provider whose tokens both `serve` and the function accept.
+struct AwsStack {
+    moto: Moto,
+    _idp: Idp,
+    service_key: Key,
+    operator_key: Key,
+    /// The CLI's and `serve`'s state dir.
+    dir: PathBuf,
+    /// What every process of the stack gets: backend, emulator, issuers.
+    env: Vec<(String, String)>,
+    /// `airlock confirmation-key`: the PEM of the key that signs confirmation tokens.
+    public_key: String,
+    /// `AIRLOCK_ORDERS_QUEUE_URL` and `AIRLOCK_JOBS_QUEUE_URL`, as the template gives them.
+    queue_urls: Vec<(String, String)>,
+}
+
+impl AwsStack {
+    fn start() -> AwsStack {
+        let moto = Moto::start();
+        let dir = temp_state_dir();
+        let service_key = Key::rs256("svc-1");
+        let operator_key = Key::es256("ops-1");
+        let idp = Idp::start(&[&service_key, &operator_key]);
+        let mut env: Vec<(String, String)> = vec![("AIRLOCK_BACKEND".into(), "aws".into())];
+        env.extend(moto.env());
+        for (k, v) in [
+            ("AIRLOCK_SERVICE_ISSUER", ISSUER),
+            ("AIRLOCK_OPERATOR_ISSUER", ISSUER),
+            ("AIRLOCK_SERVICE_JWKS_URL", idp.url.as_str()),
+            ("AIRLOCK_OPERATOR_JWKS_URL", idp.url.as_str()),
+            ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000"),
+            // The longest the plans may wait for their execute.
+            ("AIRLOCK_CONFIRMATION_TTL_SECONDS", "900"),
+        ] {
+            env.push((k.into(), v.into()));
+        }
+        let t = Instant::now();
+        cli(&dir, &env, &["bootstrap", "--demo-data"]);
+        let policy = dir.join("token-policy.json");
+        std::fs::write(&policy, TOKEN_POLICY).expect("policy file");
+        cli(
+            &dir,
+            &env,
+            &["policy", "set", policy.to_str().expect("utf-8 dir")],
+        );
+        let public_key = cli(&dir, &env, &["confirmation-key"]);
+        // moto's queue URLs: endpoint, account, name.
+        let queue_urls = [
+            ("AIRLOCK_ORDERS_QUEUE_URL", "airlock-orders.fifo"),
+            ("AIRLOCK_JOBS_QUEUE_URL", "airlock-jobs"),
+        ]
+        .map(|(var, name)| {
+            let url = format!("{}/{}/{name}", moto.endpoint, Moto::ACCOUNT_ID);
+            (var.to_string(), url)
+        })
+        .to_vec();
+        println!(
+            "setup: moto {} bootstrapped with demo data and the token policy in {:.1} s",
+            moto.endpoint,
+            t.elapsed().as_secs_f64()
+        );
+        AwsStack {
+            moto,
+            _idp: idp,
+            service_key,
+            operator_key,
+            dir,
+            env,
+            public_key,
+            queue_urls,
+        }
+    }
+
+    /// The energy trader's request headers: Mastra's service token and the operator's
+    /// token, fresh (valid 10 minutes).
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let now = airlock_tests::idp::now_s();
+        let service = self.service_key.sign(&json!({
+            "iss": ISSUER, "aud": "airlock-api", "sub": "mastra",
+            "scope": "trade.read trade.plan trade.execute", "gty": "client-credentials",
+            "iat": now, "exp": now + 600,
+        }));
+        let operator = self.operator_key.sign(&json!({
+            "iss": ISSUER, "aud": "airlock-operators", "sub": "op-energy-trader",
+            "roles": ["trader"], "desks": ["energy"], "iat": now, "exp": now + 600,
+        }));
+        vec![
+            ("Authorization", format!("Bearer {service}")),
+            ("X-Operator-Token", operator),
+            ("Content-Type", "application/json".into()),
+            ("User-Agent", "lambda-bench".into()),
+        ]
+    }
+
+    /// The execute function's environment: the template's (AWS backend, EMF metrics, info
+    /// logs, queue URLs, the confirmation public key unless `public_key` is false), on
+    /// this emulator and identity provider.
+    fn function_env(&self, public_key: bool) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        let tmp = self.dir.join("lambda-tmp");
+        env.push(("AIRLOCK_STATE_DIR".into(), tmp.display().to_string()));
+        env.push(("AIRLOCK_METRICS".into(), "emf".into()));
+        env.push(("RUST_LOG".into(), "info".into()));
+        env.push((IGNORE_STAGE_ENV.0.into(), IGNORE_STAGE_ENV.1.into()));
+        env.extend(self.queue_urls.iter().cloned());
+        if public_key {
+            env.push((
+                "AIRLOCK_CONFIRMATION_PUBLIC_KEY".into(),
+                self.public_key.clone(),
+            ));
+        }
+        env
+    }
+
+    /// `n` plans of `action` for the energy trader, made by `airlock serve` on this stack
+    /// (real clock). Orders go over [`COMBOS`]; syncs alternate between the two accounts.
+    fn plans(&self, cli_bin: &Path, action: &str, n: usize) -> Vec<Value> {
+        let (child, base) = spawn_serve(cli_bin, &self.dir, &self.env);
+        let headers = self.headers();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let plans = rt.block_on(async {
+            let http = reqwest::Client::new();
+            let mut plans = Vec::with_capacity(n);
+            for j in 0..n {
+                let payload = if action == "positions.sync" {
+                    let account = if j % 2 == 0 { "ACC-1" } else { "ACC-2" };
+                    json!({"account_id": account})
+                } else {
+                    let (account, symbol) = COMBOS[j % COMBOS.len()];
+                    let side = if (j / COMBOS.len()).is_multiple_of(2) {
+                        "buy"
+                    } else {
+                        "sell"
+                    };
+                    json!({"account_id": account, "symbol": symbol, "side": side,
+                           "quantity": 1, "order_type": "market"})
+                };
+                let body = json!({
+                    "action_type": action, "payload": payload,
+                    "requested_by": "op-energy-trader",
+                    "chat_context": { "chat_session_id": "bench", "tool_call_id": format!("plan-{j}") }
+                });
+                let mut req = http.post(format!("{base}{BASE}/actions/plan"));
+                for (k, v) in &headers {
+                    req = req.header(*k, v);
+                }
+                let r = req.body(body.to_string()).send().await.expect("plan");
+                let status = r.status().as_u16();
+                let plan: Value = r.json().await.expect("plan JSON");
+                assert_eq!(status, 200, "setup plan: {plan}");
+                plans.push(plan);
+            }
+            plans
+        });
+        stop_serve(child);
+        plans
+    }
+
+    /// The API Gateway event that executes `plan` (with its token, if it has one).
+    fn execute_event(&self, headers: &[(&str, &str)], plan: &Value, key: &str) -> Value {
+        let mut body = json!({
+            "plan_id": plan["plan_id"],
+            "idempotency_key": key,
+            "requested_by": "op-energy-trader"
+        });
+        if let Some(t) = plan["confirmation_token"].as_str() {
+            body["confirmation_token"] = json!(t);
+        }
+        apigw_rest_event(
+            "POST",
+            &format!("{BASE}/actions/execute"),
+            &[],
+            headers,
+            Some(&body.to_string()),
+        )
+    }
+}
+
+impl Drop for AwsStack {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An execute answer: its status, and the error code of a refusal.
+fn execute_status(r: &Result<Value, String>) -> String {
+    match r {
+        Ok(v) => {
+            let (status, body) = response_parts(v);
+            match body["error"]["code"].as_str() {
+                Some(code) => format!("{status} {code}"),
+                None => status.to_string(),
+            }
+        }
+        Err(_) => "invoke error".into(),
+    }
+}
+
+/// The AWS operations the execute function made, one per call, after the first `skip`
+/// lines of a call log (`AIRLOCK_AWS_CALL_LOG`).
+fn calls_since(log: &Path, skip: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for l in text.lines().skip(skip) {
+        let v: Value = serde_json::from_str(l).unwrap_or_default();
+        if v["function"] == "execute" && seen.insert((v["pid"].as_u64(), v["call"].as_u64())) {
+            out.push(v["operation"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    out
+}
+
+fn execute_aws(o: &Opts) {
+    let cli_bin = cli_binary(o);
+    std::env::set_var("AIRLOCK_TEST_BIN", &cli_bin);
+    let bin = o.bin_dir.join("execute");
+    let stack = AwsStack::start();
+    let n = o.invocations;
+
+    // Plans: two for the call probe, then the warm-up and the measured invocations.
+    let t = Instant::now();
+    let plans = stack.plans(&cli_bin, &o.action, 2 + WARMUP + n);
+    println!(
+        "setup: {} {} plans with `airlock serve --backend aws` in {:.1} s; executable: {}",
+        plans.len(),
+        o.action,
+        t.elapsed().as_secs_f64(),
+        statuses(&plans.iter().fold(BTreeMap::new(), |mut m, p| {
+            *m.entry(p["executable"].to_string()).or_insert(0) += 1;
+            m
+        }))
+    );
+    let headers = stack.headers();
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let events: Vec<Value> = plans
+        .iter()
+        .enumerate()
+        .map(|(i, p)| stack.execute_event(&h, p, &format!("lambda-bench-aws-{i}")))
+        .collect();
+    let (probe, events) = events.split_at(2);
+    let mut env = stack.function_env(!o.no_public_key);
+    env.extend(o.function_env.iter().cloned());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let emu = LambdaEmulator::start();
+
+    // The calls of one invocation: a separate process with the call log (which costs CPU).
+    let log = stack.dir.join("aws-calls.jsonl");
+    let mut with_log = env.clone();
+    let log_s = log.display().to_string();
+    with_log.push(("AIRLOCK_AWS_CALL_LOG", &log_s));
+    let mut f = emu.spawn_function(&bin, &with_log);
+    f.wait_ready(TIMEOUT)
+        .unwrap_or_else(|e| panic!("execute did not start: {e}"));
+    let init_calls = calls_since(&log, 0);
+    let r = f.invoke(probe[0].clone(), TIMEOUT);
+    let skip = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let r2 = f.invoke(probe[1].clone(), TIMEOUT);
+    let calls = calls_since(&log, skip);
+    drop(f);
+    println!(
+        "probe (call log on): calls at cold start: {:?}; a warm invocation ({}, after {}): {}",
+        init_calls,
+        execute_status(&r2),
+        execute_status(&r),
+        calls.join(" + ")
+    );
+
+    // The measured process: cold start, warm-up, then the invocations one after another.
+    let mut f = emu.spawn_function(&bin, &env);
+    let pid = f.pid();
+    let init = f
+        .wait_ready(TIMEOUT)
+        .unwrap_or_else(|e| panic!("execute did not start: {e}"));
+    let cpu_init = cpu_time(pid);
+    let mut first = (Duration::ZERO, Duration::ZERO, String::new());
+    for (i, ev) in events[..WARMUP].iter().enumerate() {
+        let c = cpu_time(pid);
+        let t = Instant::now();
+        let r = f.invoke(ev.clone(), TIMEOUT);
+        if i == 0 {
+            first = (t.elapsed(), cpu_time(pid) - c, execute_status(&r));
+        }
+    }
+    let moto_pid = stack.moto.pid().expect("moto runs");
+    let (cpu_before, moto_before) = (cpu_time(pid), cpu_time(moto_pid));
+    let switches_before = context_switches(pid);
+    let mut lat = Vec::with_capacity(n);
+    let mut seen = BTreeMap::new();
+    // CPU and latency by fifth of the run too: moto slows down as its tables grow.
+    let mut fifths = Vec::new();
+    let k = (n / 5).max(1);
+    let (mut c, mut l) = (cpu_before, Duration::ZERO);
+    let t = Instant::now();
+    for (i, ev) in events[WARMUP..].iter().enumerate() {
+        let t = Instant::now();
+        let r = f.invoke(ev.clone(), TIMEOUT);
+        let d = t.elapsed();
+        lat.push(d);
+        l += d;
+        *seen.entry(execute_status(&r)).or_insert(0) += 1;
+        if (i + 1) % k == 0 && fifths.len() < 5 {
+            let now = cpu_time(pid);
+            let (cpu, lat) = ((now - c) / k as u32, l / k as u32);
+            fifths.push(format!("{:.2} ms ({:.0} ms)", ms(cpu), ms(lat)));
+            (c, l) = (now, Duration::ZERO);
+        }
+    }
+    let elapsed = t.elapsed();
+    let cpu = cpu_time(pid) - cpu_before;
+    let moto_cpu = cpu_time(moto_pid) - moto_before;
+    let switches = context_switches(pid) - switches_before;
+    let hwm_kb = f.proc_status_kb("VmHWM").unwrap_or(0);
+    // What the process burns waiting for events (none should): 2 s idle.
+    let c = cpu_time(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = cpu_time(pid) - c;
+    drop(f);
+    lat.sort();
+
+    let per = cpu / n as u32;
+    println!(
+        "CPU per invocation (mean latency) by fifth of the run: {}",
+        fifths.join(", ")
+    );
+    if !o.function_env.is_empty() {
+        println!("function environment added: {:?}", o.function_env);
+    }
+    let path = if seen.keys().all(|s| s == "202") {
+        format!("accepting: {}", calls.join(" + "))
+    } else {
+        format!("not accepting (see statuses): {}", calls.join(" + "))
+    };
+    println!();
+    println!(
+        "| function | action | path measured | public key set | init (ms) | CPU at init (ms) | \
+         1st invoke (ms) / its CPU (ms) | invocations | CPU total (s) | CPU per invocation (ms) | \
+         <= 1.5 ms | context switches per invocation | p50 / p99 (ms) | inv/s | \
+         moto CPU per invocation (ms) | VmHWM | statuses |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| execute (AWS backend, moto) | {} | {path} | {} | {:.1} | {:.0} | {:.1} / {:.0} ({}) | {n} | \
+         {:.2} | {:.3} | {} | {:.1} | {:.2} / {:.2} | {:.0} | {:.2} | {} | {} |",
+        o.action,
+        if o.no_public_key { "no" } else { "yes" },
+        ms(init),
+        ms(cpu_init),
+        ms(first.0),
+        ms(first.1),
+        first.2,
+        cpu.as_secs_f64(),
+        ms(per),
+        if per <= CPU_TARGET { "yes" } else { "NO" },
+        switches as f64 / n as f64,
+        ms(pct(&lat, 0.5)),
+        ms(pct(&lat, 0.99)),
+        n as f64 / elapsed.as_secs_f64(),
+        ms(moto_cpu / n as u32),
+        mb(hwm_kb),
+        statuses(&seen),
+    );
+    println!();
+    println!(
+        "CPU = utime + stime of the function process (/proc/<pid>/stat, clock ticks) over \
+         the {n} invocations, sent one at a time after {WARMUP} warm-up ones; latency is the \
+         emulator's round trip, moto's time included (moto serves one request at a time, \
+         in Python). The CPU at init and of the first invocation are single readings \
+         (tick resolution). Context switches: of the process's live threads. Idle: {:.0} ms \
+         of CPU in 2 s without invocations.",
+        ms(idle)
     );
 }
