@@ -3,7 +3,8 @@
 
 use airlock::{app, handlers, http, telemetry};
 
-#[tokio::main]
+// One invocation at a time: one thread, no work stealing (docs/DECISIONS.md).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
     telemetry::init();
     airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));

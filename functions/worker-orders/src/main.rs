@@ -7,7 +7,8 @@ use airlock::{app, telemetry, worker};
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{run, service_fn, LambdaEvent};
 
-#[tokio::main]
+// One invocation at a time: one thread, no work stealing (docs/DECISIONS.md).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     telemetry::init();
     airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
