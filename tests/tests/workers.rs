@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use airlock_tests::{both, Api, Backend, Resp, Server, MARKET_OPEN};
+use airlock_tests::{both, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use serde_json::{json, Value};
 
 fn broker_orders(s: &Server, account: &str) -> usize {
@@ -82,13 +82,33 @@ async fn the_same_message_three_times_is_one_broker_order(b: Backend) {
     assert_eq!(t.position("ACC-1", "CLF27").await, 4, "filled once");
 }
 
+/// A market buy of 3 executed with the workers off (so its answer is never cut short),
+/// then the workers started with `worker.after_broker` and `extra`: the broker has the
+/// order when the process dies. The execute's answer and the stopped stack.
+async fn executed_then_worker_died(
+    b: Backend,
+    key: &str,
+    tool_call: &str,
+    extra: &[(&str, &str)],
+) -> (Resp, Stack) {
+    let quiet = Server::with_workers(b, &[("AIRLOCK_WORKERS", "off")]);
+    let e = execute_order(&quiet.trader(), market(3), key, tool_call).await;
+    let mut env = vec![
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+        ("AIRLOCK_FAILPOINTS", "worker.after_broker"),
+    ];
+    env.extend_from_slice(extra);
+    let stack = quiet.crash().start(&env).wait_exit(Duration::from_secs(20));
+    (e, stack)
+}
+
 both!(a_worker_that_dies_after_the_broker_accepted_does_not_order_twice);
 async fn a_worker_that_dies_after_the_broker_accepted_does_not_order_twice(b: Backend) {
-    let s = Server::with_workers(b, &[("AIRLOCK_FAILPOINTS", "worker.after_broker")]);
-    let t = s.trader();
-    let e = execute_order(&t, market(3), "die-1", "call-die").await;
+    let (e, stack) = executed_then_worker_died(b, "die-1", "call-die", &[]).await;
     let action_id = e["action_id"].as_str().unwrap().to_string();
-    let stack = s.wait_exit(Duration::from_secs(20));
     // The broker has the order; Airlock never recorded the fill.
     let s = stack.start(&[
         ("AIRLOCK_NOW", MARKET_OPEN),
@@ -117,15 +137,9 @@ async fn a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twi
     // emulator every call queues behind the consumers' one-second long polls (moto serves
     // one request at a time), so a sync there takes several seconds: a longer timeout.
     let visibility = if b == Backend::Aws { "25000" } else { "4000" };
-    let slow = [
-        ("AIRLOCK_FAILPOINTS", "worker.after_broker"),
-        ("AIRLOCK_WORKER_VISIBILITY_MS", visibility),
-    ];
-    let s = Server::with_workers(b, &slow);
-    let t = s.trader();
-    let e = execute_order(&t, market(3), "die-sync-1", "call-die-sync").await;
+    let slow = [("AIRLOCK_WORKER_VISIBILITY_MS", visibility)];
+    let (e, stack) = executed_then_worker_died(b, "die-sync-1", "call-die-sync", &slow).await;
     let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
-    let stack = s.wait_exit(Duration::from_secs(20));
     let s = stack.start(&[
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_WORKERS", "on"),
