@@ -43,6 +43,15 @@ pub fn binary() -> PathBuf {
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh, empty state dir under the system temp dir.
+/// A body column of the embedded database as JSON text, for tests that read the file
+/// directly: the adapter stores plans, actions, audit records, keys, check sets and queue
+/// messages packed (`airlock::adapters::sqlite::packed`).
+pub fn stored_body(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<String> {
+    airlock::adapters::sqlite::packed::text(r.get_ref(i)?).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Blob, e.into())
+    })
+}
+
 pub fn temp_state_dir() -> PathBuf {
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     let d = std::env::temp_dir().join(format!("airlock-test-{}-{n}", std::process::id()));

@@ -95,7 +95,9 @@ async fn plan_then_execute_queues_once_and_replays(b: Backend) {
     if b == Backend::Embedded {
         let body: String = s
             .db()
-            .query_row("SELECT body FROM queue", [], |r| r.get(0))
+            .query_row("SELECT body FROM queue", [], |r| {
+                airlock_tests::stored_body(r, 0)
+            })
             .unwrap();
         let m: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(m["schema"], "airlock.action.v1");
@@ -503,6 +505,129 @@ async fn the_embedded_commit_queues_the_message_so_a_crash_after_it_loses_nothin
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
     let trail = s.audit(&action_id);
     assert!(trail.iter().all(|a| a["decision"] != "resent"), "{trail:?}");
+}
+
+/// The embedded store keeps the growing tables' bodies packed (LZ4 against a fixed
+/// dictionary). Every body is a BLOB less than half its JSON, each reads back whole through
+/// the API and `airlock audit`, and a database written before the format (bodies as TEXT)
+/// keeps working: its plan, action, key and audit trail read, and a retry finds the key.
+#[tokio::test]
+async fn embedded_bodies_are_stored_packed_and_text_bodies_from_before_still_read() {
+    let s = Server::start_on(Backend::Embedded, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let p = executable_plan(&t).await;
+    let e = t.execute(&p, "packed-1").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    let action_id = e["action_id"].as_str().unwrap().to_string();
+    let action_before = t.get(&format!("/actions/{action_id}")).await.body;
+    let trail_before = s.audit(&action_id);
+    assert!(trail_before.len() >= 2, "{trail_before:?}");
+    assert!(
+        trail_before
+            .iter()
+            .any(|a| a["risk_checks"].as_array().is_some_and(|c| c.len() > 5)),
+        "the plan's audit record has its risk checks back: {trail_before:?}"
+    );
+
+    const TABLES: [&str; 6] = [
+        "plans",
+        "actions",
+        "audit",
+        "idempotency_keys",
+        "check_sets",
+        "queue",
+    ];
+    let db = s.db();
+    for table in TABLES {
+        let rows: Vec<(String, usize, String)> = db
+            .prepare(&format!(
+                "SELECT typeof(body), length(body), body FROM {table}"
+            ))
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, airlock_tests::stored_body(r, 2)?))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(!rows.is_empty(), "{table} has rows");
+        let (mut stored_total, mut json_total) = (0, 0);
+        for (kind, stored, json) in rows {
+            assert_eq!(kind, "blob", "{table}: {json}");
+            serde_json::from_str::<serde_json::Value>(&json).expect("a JSON body");
+            (stored_total, json_total) = (stored_total + stored, json_total + json.len());
+        }
+        assert!(
+            stored_total * 2 < json_total,
+            "{table}: {stored_total} bytes stored for {json_total} of JSON"
+        );
+    }
+
+    // The same database as an older version wrote it: every body as its JSON text.
+    let stack = s.crash();
+    let db = rusqlite::Connection::open(stack.state_dir.join("airlock.db")).unwrap();
+    // The audit table refuses updates; lifted for this rewrite and put back after.
+    let guard: String = db
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'audit_append_only_update'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    db.execute_batch("DROP TRIGGER audit_append_only_update")
+        .unwrap();
+    for table in TABLES {
+        // check_sets has no rowid (keyed by its hash).
+        let key = if table == "check_sets" {
+            "hash"
+        } else {
+            "rowid"
+        };
+        let rows: Vec<(rusqlite::types::Value, String)> = db
+            .prepare(&format!("SELECT {key}, body FROM {table}"))
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, airlock_tests::stored_body(r, 1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        for (k, json) in rows {
+            db.execute(
+                &format!("UPDATE {table} SET body = ? WHERE {key} = ?"),
+                rusqlite::params![json, k],
+            )
+            .unwrap();
+        }
+        let blobs: i64 = db
+            .query_row(
+                &format!("SELECT COUNT(*) FROM {table} WHERE typeof(body) != 'text'"),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(blobs, 0, "{table}");
+    }
+    db.execute_batch(&guard).unwrap();
+    drop(db);
+    let again = stack.start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = again.trader();
+    assert_eq!(
+        t.get(&format!("/actions/{action_id}")).await.body,
+        action_before
+    );
+    assert_eq!(again.audit(&action_id), trail_before);
+    assert_eq!(duplicate_of(&t.execute(&p, "packed-1").await), action_id);
+    // New writes beside the old rows are packed again.
+    let q = executable_plan(&t).await;
+    assert_eq!(t.execute(&q, "packed-2").await.status, 202);
+    let packed: i64 = again
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM plans WHERE typeof(body) = 'blob'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(packed, 1, "the new plan");
 }
 
 both!(a_retry_after_a_crash_after_the_commit_answers_from_the_commit);

@@ -34,7 +34,9 @@ async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records
     assert_eq!(e.status, 202, "{:?}", e.body);
     let body: String = s
         .db()
-        .query_row("SELECT body FROM queue", [], |r| r.get(0))
+        .query_row("SELECT body FROM queue", [], |r| {
+            airlock_tests::stored_body(r, 0)
+        })
         .unwrap();
     let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
     let stack = s.crash();

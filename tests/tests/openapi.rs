@@ -240,7 +240,7 @@ async fn sent_messages(s: &Server) -> Vec<Value> {
         Backend::Embedded => {
             let db = s.db();
             let mut st = db.prepare("SELECT body FROM queue").unwrap();
-            st.query_map([], |r| r.get::<_, String>(0))
+            st.query_map([], |r| airlock_tests::stored_body(r, 0))
                 .unwrap()
                 .map(|b| serde_json::from_str(&b.unwrap()).unwrap())
                 .collect()

@@ -123,7 +123,9 @@ fn a_request_is_joined_across_logs_audit_and_the_worker() {
     assert!(!lines_of(&execute.log(), &exec_gw).is_empty());
     let body: String = rusqlite::Connection::open(dir.join("airlock.db"))
         .unwrap()
-        .query_row("SELECT body FROM queue", [], |r| r.get(0))
+        .query_row("SELECT body FROM queue", [], |r| {
+            airlock_tests::stored_body(r, 0)
+        })
         .unwrap();
     let m: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(m["trace"]["request_id"], exec_request_id.as_str());

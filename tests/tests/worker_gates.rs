@@ -336,7 +336,9 @@ async fn stored_submissions(stack: &Stack) -> Vec<Value> {
         None => {
             let db = rusqlite::Connection::open(stack.state_dir.join("airlock.db")).unwrap();
             let mut st = db.prepare("SELECT body FROM actions").unwrap();
-            let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();
+            let rows = st
+                .query_map([], |r| airlock_tests::stored_body(r, 0))
+                .unwrap();
             rows.map(Result::unwrap).collect()
         }
         Some(endpoint) => {

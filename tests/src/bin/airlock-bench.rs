@@ -1173,7 +1173,7 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
     ));
     rows.push(info(
         b,
-        "stored JSON bodies",
+        "stored bodies (packed)",
         format!(
             "plans {:.1} MB, check_sets {:.1} MB, actions {:.1} MB, audit {:.1} MB, queue {:.1} MB, idempotency_keys {:.1} MB; {} of {} pages free",
             body_mb("plans"),
@@ -1530,18 +1530,17 @@ fn action_times(
     db: &rusqlite::Connection,
 ) -> std::collections::HashMap<String, (String, i64, i64)> {
     let mut st = db
-        .prepare(
-            "SELECT action_id, json_extract(body, '$.status'), created_at, \
-             json_extract(body, '$.updated_at') FROM actions",
-        )
+        .prepare("SELECT action_id, created_at, body FROM actions")
         .expect("prepare");
     st.query_map([], |r| {
+        let body: Value =
+            serde_json::from_str(&airlock_tests::stored_body(r, 2)?).unwrap_or(Value::Null);
         Ok((
             r.get::<_, String>(0)?,
             (
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
+                body["status"].as_str().unwrap_or_default().to_string(),
+                r.get::<_, i64>(1)?,
+                body["updated_at"].as_i64().unwrap_or_default(),
             ),
         ))
     })
@@ -1703,10 +1702,10 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
         }
         polls += 1;
         if polls.is_multiple_of(100) {
-            let failed = count(
-                &db,
-                "SELECT COUNT(*) FROM actions WHERE json_extract(body, '$.status') = 'failed'",
-            );
+            let failed = action_times(&db)
+                .values()
+                .filter(|(status, ..)| status == "failed")
+                .count();
             if failed > 0 {
                 eprintln!("  {failed} actions failed");
             }

@@ -482,7 +482,9 @@ fn queue_work(
         .prepare("SELECT queue, body, group_key FROM queue WHERE status = 'ready' ORDER BY id")
         .expect("prepare");
     let rows: Vec<(String, String, String)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_map([], |r| {
+            Ok((r.get(0)?, airlock_tests::stored_body(r, 1)?, r.get(2)?))
+        })
         .expect("query")
         .filter_map(Result::ok)
         .collect();

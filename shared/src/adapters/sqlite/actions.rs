@@ -1,5 +1,6 @@
 //! Actions on SQLite: the `actions` table, and the sweeper's listing of unsent ones.
 
+use super::packed::{pack, Body};
 use super::rows::Cached;
 use super::rows::{body, one_body};
 use super::{db_err, json_err, Sqlite};
@@ -14,17 +15,9 @@ impl ActionStore for Sqlite {
     async fn get_action(&self, action_id: &str) -> StoreResult<Option<ActionRecord>> {
         let id = action_id.to_string();
         self.read(move |c| {
-            let text: Option<String> = c
-                .query_row("SELECT body FROM actions WHERE action_id = ?", [id], |r| {
-                    r.get(0)
-                })
-                .map(Some)
-                .or_else(|e| match e {
-                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                    e => Err(e),
-                })
-                .map_err(db_err)?;
-            text.map(body).transpose()
+            one_body(c, "SELECT body FROM actions WHERE action_id = ?", &[&id])?
+                .map(body)
+                .transpose()
         })
         .await
     }
@@ -38,9 +31,9 @@ impl ActionStore for Sqlite {
                 )
                 .map_err(db_err)?;
             let rows = st
-                .query_map(params![claimed_before, limit], |r| r.get::<_, String>(0))
+                .query_map(params![claimed_before, limit], |r| r.get::<_, Body>(0))
                 .map_err(db_err)?;
-            rows.map(|r| r.map_err(db_err).and_then(body))
+            rows.map(|r| r.map_err(db_err).and_then(|b| body(b.0)))
                 .collect::<StoreResult<Vec<_>>>()
         })
         .await
@@ -60,7 +53,7 @@ impl ActionStore for Sqlite {
             let mut a: ActionRecord = serde_json::from_str(&text).map_err(json_err)?;
             a.enqueued_at = Some(now);
             a.updated_at = a.updated_at.max(now);
-            let body = serde_json::to_string(&a).map_err(json_err)?;
+            let body = pack(&serde_json::to_string(&a).map_err(json_err)?);
             tx.run(
                 "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
                 params![now, body, id],

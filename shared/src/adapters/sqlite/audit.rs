@@ -68,9 +68,11 @@ impl AuditLog for Sqlite {
                 )
                 .map_err(db_err)?;
             let rows = st
-                .query_map(params![id, id, plan], |r| r.get::<_, String>(0))
+                .query_map(params![id, id, plan], |r| {
+                    r.get::<_, super::packed::Body>(0)
+                })
                 .map_err(db_err)?;
-            rows.map(|r| r.map_err(db_err).and_then(|t| full_body(c, &t)))
+            rows.map(|r| r.map_err(db_err).and_then(|b| full_body(c, &b.0)))
                 .collect()
         })
         .await

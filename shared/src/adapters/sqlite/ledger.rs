@@ -7,7 +7,8 @@
 
 use super::audit::AuditRow;
 use super::control::load_control;
-use super::plans::load_plan;
+use super::packed::pack;
+use super::plans::{load_plan, set_plan_fields};
 use super::positions::{add_open, load_exposure};
 use super::rows::one_body;
 use super::rows::Cached;
@@ -37,16 +38,16 @@ pub(super) fn load_key(
 }
 
 pub(super) fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
-    put_key_text(c, k, &serde_json::to_string(k).map_err(json_err)?)
+    put_key_body(c, k, &pack(&serde_json::to_string(k).map_err(json_err)?))
 }
 
-/// [`put_key`] with the body already serialized (`text` is `k` as JSON).
-fn put_key_text(c: &Connection, k: &KeyRecord, text: &str) -> StoreResult<()> {
+/// [`put_key`] with the body already serialized and packed (`body` is `k`).
+fn put_key_body(c: &Connection, k: &KeyRecord, body: &[u8]) -> StoreResult<()> {
     c.prepare_cached(
         "INSERT OR REPLACE INTO idempotency_keys (principal, key, lease_owner, expires_at, body) \
          VALUES (?, ?, ?, ?, ?)",
     )
-    .and_then(|mut st| st.execute(params![k.principal, k.key, k.owner(), k.expires_at, text]))
+    .and_then(|mut st| st.execute(params![k.principal, k.key, k.owner(), k.expires_at, body]))
     .map_err(db_err)?;
     Ok(())
 }
@@ -192,11 +193,12 @@ impl ExecuteLedger for Sqlite {
 
     async fn commit(&self, commit: &ExecuteCommit, now: i64) -> StoreResult<CommitOutcome> {
         // Every record is serialized here, off the writer thread; only SQL runs on it.
-        let key_text = serde_json::to_string(&commit.key).map_err(json_err)?;
-        let action_text = commit
+        // Serialized and packed here, off the writer thread.
+        let key_body = pack(&serde_json::to_string(&commit.key).map_err(json_err)?);
+        let action_body = commit
             .action
             .as_ref()
-            .map(serde_json::to_string)
+            .map(|a| serde_json::to_string(a).map(|t| pack(&t)))
             .transpose()
             .map_err(json_err)?;
         let audit = AuditRow::new(&commit.audit)?;
@@ -204,10 +206,10 @@ impl ExecuteLedger for Sqlite {
         let plan_change = commit.plan_change.as_ref().map(|(plan_id, change)| {
             let (status, field, value) = match change {
                 PlanChange::Execute { action_id } => {
-                    (PlanStatus::Executed, "$.action_id", action_id.clone())
+                    (PlanStatus::Executed, "action_id", action_id.clone())
                 }
                 PlanChange::Close { reason_code } => {
-                    (PlanStatus::Closed, "$.closed_reason", reason_code.clone())
+                    (PlanStatus::Closed, "closed_reason", reason_code.clone())
                 }
             };
             let status = serde_json::to_value(status)
@@ -221,7 +223,7 @@ impl ExecuteLedger for Sqlite {
             (Some(group), Some(a)) => Some((
                 a.queue_target,
                 group.clone(),
-                serde_json::to_string(&a.message).map_err(json_err)?,
+                pack(&serde_json::to_string(&a.message).map_err(json_err)?),
             )),
             _ => None,
         };
@@ -231,17 +233,9 @@ impl ExecuteLedger for Sqlite {
             if let Some(conflict) = check(tx, &commit, now)? {
                 return Ok(CommitOutcome::Conflict(conflict));
             }
-            put_key_text(tx, &commit.key, &key_text)?;
+            put_key_body(tx, &commit.key, &key_body)?;
             if let Some((plan_id, status, field, value)) = &plan_change {
-                let changed = tx
-                    .run(
-                        "UPDATE plans SET status = ?1, \
-                         body = json_set(body, '$.status', ?1, ?2, ?3), awaiting_desk = NULL \
-                         WHERE plan_id = ?4",
-                        params![status, field, value, plan_id],
-                    )
-                    .map_err(db_err)?;
-                if changed != 1 {
+                if !set_plan_fields(tx, plan_id, status, field, value)? {
                     return Err(crate::error::StoreError::Corrupt("plan vanished".into()));
                 }
             }
@@ -267,11 +261,11 @@ impl ExecuteLedger for Sqlite {
             if let Some(r) = &commit.reserve {
                 add_open(tx, &r.delta)?;
             }
-            if let (Some(a), Some(text)) = (&commit.action, &action_text) {
+            if let (Some(a), Some(body)) = (&commit.action, &action_body) {
                 tx.run(
                     "INSERT INTO actions (action_id, plan_id, enqueued_at, created_at, body) \
                      VALUES (?, ?, ?, ?, ?)",
-                    params![a.action_id, a.plan_id, a.enqueued_at, a.created_at, text],
+                    params![a.action_id, a.plan_id, a.enqueued_at, a.created_at, body],
                 )
                 .map_err(db_err)?;
             }
@@ -324,10 +318,10 @@ impl ExecuteLedger for Sqlite {
             if action.enqueued_at.is_none() {
                 action.enqueued_at = Some(now);
                 action.updated_at = action.updated_at.max(now);
-                let text = serde_json::to_string(&action).map_err(json_err)?;
+                let body = pack(&serde_json::to_string(&action).map_err(json_err)?);
                 tx.run(
                     "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
-                    params![now, text, action.action_id],
+                    params![now, body, action.action_id],
                 )
                 .map_err(db_err)?;
             }

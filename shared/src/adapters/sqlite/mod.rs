@@ -12,6 +12,7 @@ mod control;
 mod jobs;
 mod ledger;
 mod orders;
+pub mod packed;
 mod paper;
 mod plans;
 mod positions;
@@ -307,7 +308,10 @@ mod tests {
                 ])
             })
             .await
-            .unwrap();
+            .unwrap()
+            .iter()
+            .map(|b| super::packed::text(rusqlite::types::ValueRef::Blob(b)).unwrap())
+            .collect();
         assert!(!stored[0].contains("max_order_size"), "{}", stored[0]);
         assert!(stored[0].contains("risk_checks_ref"));
         assert!(stored[2].contains("\"risk_checks\":[]"), "{}", stored[2]);

@@ -1,11 +1,12 @@
 //! Plans on SQLite: the `plans` table; a plan is stored with its audit record.
 
 use super::audit::{append_audit, AuditRow};
+use super::packed::{pack, Body};
 use super::rows::desk_clause;
 use super::rows::one_body;
 use super::rows::Cached;
 use super::rows::{compact_body, full_body, Compact};
-use super::{db_err, Sqlite};
+use super::{db_err, json_err, Sqlite};
 use crate::auth::DeskScope;
 use crate::domain::Millis;
 use crate::error::StoreResult;
@@ -99,11 +100,11 @@ impl PlanStore for Sqlite {
             );
             let mut st = c.prepare_cached(&sql).map_err(db_err)?;
             let rows = st
-                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(0))
+                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, Body>(0))
                 .map_err(db_err)?;
             let mut out = Vec::new();
             for r in rows {
-                out.push(full_body(c, &r.map_err(db_err)?)?);
+                out.push(full_body(c, &r.map_err(db_err)?.0)?);
             }
             Ok(out)
         })
@@ -115,4 +116,31 @@ pub(super) fn load_plan(c: &Connection, plan_id: &str) -> StoreResult<Option<Pla
     one_body(c, "SELECT body FROM plans WHERE plan_id = ?", &[&plan_id])?
         .map(|t| full_body(c, &t))
         .transpose()
+}
+
+/// Sets a plan's status and one more top-level field of its stored body (the execute
+/// commit's plan change), inside the caller's transaction. False when the plan is gone.
+pub(super) fn set_plan_fields(
+    tx: &Connection,
+    plan_id: &str,
+    status: &str,
+    field: &str,
+    value: &str,
+) -> StoreResult<bool> {
+    let Some(text) = one_body(tx, "SELECT body FROM plans WHERE plan_id = ?", &[&plan_id])? else {
+        return Ok(false);
+    };
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(json_err)?;
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("status".into(), status.into());
+        obj.insert(field.into(), value.into());
+    }
+    let body = pack(&serde_json::to_string(&v).map_err(json_err)?);
+    let changed = tx
+        .run(
+            "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
+            params![status, body, plan_id],
+        )
+        .map_err(db_err)?;
+    Ok(changed == 1)
 }

@@ -8,6 +8,7 @@
 //! `receive` finds the head of each message group through the partial index `queue_live`
 //! (migration 3), one index seek per group, whatever the backlog.
 
+use super::packed::{pack, Body};
 use super::rows::Cached;
 use std::sync::Arc;
 
@@ -98,7 +99,7 @@ pub(super) fn insert(
     queue: &str,
     group: &str,
     dedup_id: &str,
-    body: &str,
+    body: &[u8],
     now: i64,
 ) -> StoreResult<()> {
     tx.prepare_cached(
@@ -121,7 +122,7 @@ impl Sqlite {
 #[async_trait]
 impl Queue for Sqlite {
     async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()> {
-        let body = serde_json::to_string(msg).map_err(json_err)?;
+        let body = pack(&serde_json::to_string(msg).map_err(json_err)?);
         let queue = msg.action_type.queue_target().as_str().to_string();
         let (group, dedup) = (group.to_string(), dedup_id.to_string());
         let now = chrono::Utc::now().timestamp_millis();
@@ -144,7 +145,7 @@ impl Queue for Sqlite {
         let now = chrono::Utc::now().timestamp_millis();
         let q = queue.as_str().to_string();
         self.write(move |tx| {
-            let heads: Vec<(i64, String, i64, String)> = {
+            let heads: Vec<(i64, Body, i64, String)> = {
                 let mut st = tx.prepare_cached(RECEIVE).map_err(db_err)?;
                 let it = st
                     .query_map(params![q, now, max], |r| {
@@ -163,7 +164,7 @@ impl Queue for Sqlite {
                     continue;
                 }
                 let mut st = tx.prepare_cached(FOLLOWERS).map_err(db_err)?;
-                let next: Vec<(i64, String, i64, String, i64)> = st
+                let next: Vec<(i64, Body, i64, String, i64)> = st
                     .query_map(params![q, group, id, room as i64], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                     })
@@ -196,7 +197,7 @@ impl Queue for Sqlite {
                     // receipt (its visibility ran out and the message was received again)
                     // acks or releases nothing, as with SQS.
                     receipt: format!("{id}:{}", count + 1),
-                    body,
+                    body: body.0,
                     receive_count: count as u32 + 1,
                     group: Some(group),
                 });
@@ -252,7 +253,7 @@ impl Queue for Sqlite {
         let now = chrono::Utc::now().timestamp_millis();
         let q = queue.as_str().to_string();
         self.write(move |tx| {
-            let rows: Vec<(i64, String, i64, String)> = tx
+            let rows: Vec<(i64, Body, i64, String)> = tx
                 .prepare_cached(
                     "SELECT id, body, receive_count, group_key FROM queue                      WHERE queue = ? AND status = 'dead' AND visible_at <= ? ORDER BY id LIMIT ?",
                 )
@@ -272,7 +273,7 @@ impl Queue for Sqlite {
                 .map_err(db_err)?;
                 out.push(Delivery {
                     receipt: format!("{id}:{count}"),
-                    body,
+                    body: body.0,
                     receive_count: count as u32,
                     group: Some(group),
                 });

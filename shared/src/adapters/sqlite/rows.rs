@@ -1,6 +1,7 @@
 //! Row helpers shared by the SQLite entity files: the desk filter, keyset paging, text
 //! columns parsed into domain types, JSON bodies.
 
+use super::packed::{pack, Body};
 use super::{db_err, json_err};
 use crate::auth::DeskScope;
 use crate::domain::Price;
@@ -105,7 +106,8 @@ pub(super) fn one_body(
     key: &[&dyn rusqlite::ToSql],
 ) -> StoreResult<Option<String>> {
     c.prepare_cached(sql)
-        .and_then(|mut st| st.query_row(key, |r| r.get::<_, String>(0)).optional())
+        .and_then(|mut st| st.query_row(key, |r| r.get::<_, Body>(0)).optional())
+        .map(|b| b.map(|b| b.0))
         .map_err(db_err)
 }
 
@@ -116,12 +118,13 @@ const CHECKS_REF: &str = "risk_checks_ref";
 /// is kept once in `check_sets` (by the SHA-256 of its JSON) and referenced as
 /// `risk_checks_ref`. A plan and its plan and execute audit records hold the same list;
 /// stored inline it was about half of each pair's bytes. [`full_body`] reverses it. Built
-/// before the write (serializing and hashing stay off the writer thread); [`Compact::store`]
-/// inside it.
+/// before the write (serializing, hashing and packing stay off the writer thread);
+/// [`Compact::store`] inside it.
 pub(super) struct Compact {
-    pub body: String,
-    /// The check list's hash and JSON.
-    checks: Option<(String, String)>,
+    /// The body to store, packed.
+    pub body: Vec<u8>,
+    /// The check list's hash and packed JSON.
+    checks: Option<(String, Vec<u8>)>,
 }
 
 impl Compact {
@@ -137,11 +140,11 @@ impl Compact {
                 let hash = crate::protocol::sha256_hex(text.as_bytes());
                 obj.remove("risk_checks");
                 obj.insert(CHECKS_REF.into(), serde_json::Value::String(hash.clone()));
-                checks = Some((hash, text));
+                checks = Some((hash, pack(&text)));
             }
         }
         Ok(Compact {
-            body: serde_json::to_string(&v).map_err(json_err)?,
+            body: pack(&serde_json::to_string(&v).map_err(json_err)?),
             checks,
         })
     }
@@ -160,7 +163,7 @@ impl Compact {
 }
 
 /// [`Compact`] built and stored at once: the body to store.
-pub(super) fn compact_body<T: serde::Serialize>(c: &Connection, rec: &T) -> StoreResult<String> {
+pub(super) fn compact_body<T: serde::Serialize>(c: &Connection, rec: &T) -> StoreResult<Vec<u8>> {
     let k = Compact::new(rec)?;
     k.store(c)?;
     Ok(k.body)
@@ -180,7 +183,7 @@ pub(super) fn full_body<T: serde::de::DeserializeOwned>(
         if let Some(serde_json::Value::String(hash)) = obj.remove(CHECKS_REF) {
             let checks: String = c
                 .row("SELECT body FROM check_sets WHERE hash = ?", [&hash], |r| {
-                    r.get(0)
+                    r.get::<_, Body>(0).map(|b| b.0)
                 })
                 .optional()
                 .map_err(db_err)?

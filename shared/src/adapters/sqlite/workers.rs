@@ -3,8 +3,9 @@
 
 use super::jobs::load_job;
 use super::orders::{load_order, put_order};
+use super::packed::pack;
 use super::positions::{add_open, put_position};
-use super::rows::Cached;
+use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
@@ -189,13 +190,10 @@ impl WorkerStore for Sqlite {
             error.map(String::from),
         );
         self.write(move |tx| {
-            let text: Option<String> = tx
-                .query_row("SELECT body FROM actions WHERE action_id = ?", [&id], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(db_err)?;
-            let Some(text) = text else { return Ok(false) };
+            let Some(text) = one_body(tx, "SELECT body FROM actions WHERE action_id = ?", &[&id])?
+            else {
+                return Ok(false);
+            };
             let mut a: ActionRecord = serde_json::from_str(&text).map_err(json_err)?;
             if !from.contains(&a.status) {
                 return Ok(false);
@@ -205,7 +203,7 @@ impl WorkerStore for Sqlite {
             a.updated_at = now.max(a.updated_at);
             // A status a worker moved was delivered: out of the sweeper's unsent listing.
             a.enqueued_at = a.enqueued_at.or(Some(now));
-            let body = serde_json::to_string(&a).map_err(json_err)?;
+            let body = pack(&serde_json::to_string(&a).map_err(json_err)?);
             tx.run(
                 "UPDATE actions SET body = ?, enqueued_at = ? WHERE action_id = ?",
                 params![body, a.enqueued_at, id],
