@@ -648,6 +648,18 @@ impl std::ops::Index<&str> for Resp {
 /// Monday 2026-11-23 09:00 Chicago: CME Globex open, CLF27 tradable.
 pub const MARKET_OPEN: &str = "2026-11-23T15:00:00Z";
 
+/// The (account, contract) pairs the benchmarks' order scenarios rotate through: both energy accounts
+/// and three CL months. Each pair's buys and sells alternate, so its position stays within a
+/// contract or two of where it started, far inside the position limit (50).
+pub const COMBOS: [(&str, &str); 6] = [
+    ("ACC-1", "CLF27"),
+    ("ACC-2", "CLF27"),
+    ("ACC-1", "CLG27"),
+    ("ACC-2", "CLG27"),
+    ("ACC-1", "CLH27"),
+    ("ACC-2", "CLH27"),
+];
+
 /// Forged tokens for attack tests.
 pub mod forge {
     use base64::Engine;

@@ -541,7 +541,7 @@ pub async fn redeliver(
             .queue
             .send(
                 &action.message,
-                &action.action_type.message_group(&action.account_id),
+                &action.message.normalized_payload.message_group(),
                 &dedup,
             )
             .await

@@ -153,16 +153,6 @@ impl Side {
 }
 
 impl ActionType {
-    /// The message group of an action's queue message: the account, so one account's
-    /// orders reach the broker in order; cancels travel in the account's own cancel group
-    /// (`ACC-1#cancel`), so a cancel never waits behind a submission that keeps failing.
-    pub fn message_group(self, account_id: &str) -> String {
-        match self {
-            ActionType::OrderCancel => format!("{account_id}#cancel"),
-            _ => account_id.to_string(),
-        }
-    }
-
     pub fn queue_target(self) -> QueueTarget {
         match self {
             ActionType::OrderSubmitCl | ActionType::OrderCancel => QueueTarget::Orders,

@@ -77,6 +77,23 @@ impl NormalizedPayload {
         }
     }
 
+    /// The message group of the action's queue message. A submission travels in its
+    /// account and contract's group (`ACC-1#CLF27`), so one account's orders for one
+    /// contract reach the broker in the order they were accepted, while its orders for
+    /// other contracts (whose positions, limits and reservations are separate) are handled
+    /// beside them. Cancels travel in the account's cancel group (`ACC-1#cancel`), so a
+    /// cancel never waits behind a submission that keeps failing; a sync in the account's
+    /// group of the jobs queue.
+    pub fn message_group(&self) -> String {
+        match self {
+            NormalizedPayload::OrderSubmitCl(o) => {
+                format!("{}#{}", o.terms.account_id, o.terms.symbol)
+            }
+            NormalizedPayload::OrderCancel(c) => format!("{}#cancel", c.account_id),
+            NormalizedPayload::PositionsSync(s) => s.account_id.clone(),
+        }
+    }
+
     /// The order of a submission; `None` for the other action types.
     pub fn order(&self) -> Option<&NormalizedOrder> {
         match self {

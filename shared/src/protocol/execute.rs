@@ -1166,7 +1166,7 @@ async fn accept(
         rate: Some(rate.next(now, st.rate_per_minute)),
         reserve,
         action: Some(action.clone()),
-        enqueue_group: in_commit.then(|| action.action_type.message_group(&action.account_id)),
+        enqueue_group: in_commit.then(|| action.message.normalized_payload.message_group()),
         audit,
     };
     // Remembered before the commit: after a lost reply, the key found ours is this one.
@@ -1215,7 +1215,7 @@ pub(crate) async fn send_message(d: &Dispatch, action: &ActionRecord) -> Result<
     Ok(d.queue
         .send(
             &action.message,
-            &action.action_type.message_group(&action.account_id),
+            &action.message.normalized_payload.message_group(),
             &action.action_id,
         )
         .await?)

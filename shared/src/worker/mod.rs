@@ -1159,12 +1159,17 @@ mod tests {
     }
 
     #[test]
-    fn cancels_have_their_own_group() {
-        assert_eq!(ActionType::OrderSubmitCl.message_group("ACC-1"), "ACC-1");
+    fn submissions_group_by_account_and_contract_and_cancels_have_their_own_group() {
+        let group = |v: serde_json::Value| {
+            serde_json::from_value::<NormalizedPayload>(v)
+                .unwrap()
+                .message_group()
+        };
+        assert_eq!(message().normalized_payload.message_group(), "ACC-1#CLF27");
         assert_eq!(
-            ActionType::OrderCancel.message_group("ACC-1"),
+            group(json!({"account_id": "ACC-1", "order_id": "ord-1"})),
             "ACC-1#cancel"
         );
-        assert_eq!(ActionType::PositionsSync.message_group("ACC-1"), "ACC-1");
+        assert_eq!(group(json!({"account_id": "ACC-1"})), "ACC-1");
     }
 }

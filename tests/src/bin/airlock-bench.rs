@@ -58,7 +58,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use airlock_tests::{binary, cli, temp_state_dir, Server, BASE, MARKET_OPEN};
+use airlock_tests::{binary, cli, temp_state_dir, Server, BASE, COMBOS, MARKET_OPEN};
 use serde_json::{json, Value};
 
 const TRADER: &str = "op-energy-trader";
@@ -1387,18 +1387,6 @@ fn server_errors(state_dir: &Path) -> String {
 
 // ---------------------------------------------------------------------------------------
 // workers
-
-/// The (account, contract) pairs the worker scenarios rotate through: both energy accounts
-/// and three CL months. Each pair's buys and sells alternate, so its position stays within a
-/// contract or two of where it started, far inside the position limit (50).
-const COMBOS: [(&str, &str); 6] = [
-    ("ACC-1", "CLF27"),
-    ("ACC-2", "CLF27"),
-    ("ACC-1", "CLG27"),
-    ("ACC-2", "CLG27"),
-    ("ACC-1", "CLH27"),
-    ("ACC-2", "CLH27"),
-];
 
 fn order_body(sub: &str, account: &str, symbol: &str, side: &str) -> String {
     json!({

@@ -93,7 +93,7 @@ use airlock_tests::lambda::{
     apigw_rest_event, response_parts, FunctionProcess, LambdaEmulator, IGNORE_STAGE_ENV,
 };
 use airlock_tests::moto::Moto;
-use airlock_tests::{cli, temp_state_dir, BASE};
+use airlock_tests::{cli, temp_state_dir, BASE, COMBOS, MARKET_OPEN};
 use serde_json::{json, Value};
 
 const ALL: [&str; 10] = [
@@ -107,18 +107,6 @@ const ALL: [&str; 10] = [
     "worker-orders",
     "worker-jobs",
     "sweeper",
-];
-/// A Monday 09:00 in Chicago (CME open): the setup's `serve` runs there to queue orders.
-const MARKET_OPEN: &str = "2026-11-23T15:00:00Z";
-/// The order plans' accounts and contracts, in turn (sides alternate every round), so
-/// that their executes stay within the position limits.
-const COMBOS: [(&str, &str); 6] = [
-    ("ACC-1", "CLF27"),
-    ("ACC-2", "CLF27"),
-    ("ACC-1", "CLG27"),
-    ("ACC-2", "CLG27"),
-    ("ACC-1", "CLH27"),
-    ("ACC-2", "CLH27"),
 ];
 const INIT_TARGET: Duration = Duration::from_millis(50);
 const RSS_TARGET_BYTES: u64 = 40_000_000;
