@@ -2006,7 +2006,8 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let drained_after = t_drain.elapsed();
+    // From the stream's last execute (the sampled polls above may end much later).
+    let drained_after = last.elapsed();
     let mut server = Lat::default();
     let mut by_second: Vec<Lat> = vec![Lat::default(); (wall.as_secs_f64().ceil() as usize).max(1)];
     let mut not_succeeded = 0;
