@@ -137,6 +137,10 @@ impl AppState {
             policy: policy.clone(),
             lease_ms: config.execute_lease_ms,
             rate_per_minute: config.execute_rate_per_minute,
+            backlog: crate::protocol::execute::Backlog::new(
+                config.orders_backlog_limit,
+                config.orders_backlog_cache_ms,
+            ),
             // A configured public key: no signer call at all (no KMS `GetPublicKey` at cold
             // start); else the signer's, fetched once.
             confirmations: Arc::new(match &config.confirmation_public_key {

@@ -57,6 +57,12 @@ pub struct Config {
     pub execute_lease_ms: i64,
     /// Per-operator decided executes per rolling minute.
     pub execute_rate_per_minute: u32,
+    /// Execute refuses an order submission (503 `orders_backlogged`) while the orders
+    /// queue holds this many messages or more, waiting or being handled; 0 turns it off.
+    pub orders_backlog_limit: u32,
+    /// How long execute reuses the orders queue's count before asking again (0: every
+    /// submission asks; the template sets 1,000 on AWS, where asking is an SQS call).
+    pub orders_backlog_cache_ms: u64,
     /// An action claimed but not sent for this long is resent by the sweeper.
     pub sweep_after_ms: i64,
     /// How often `airlock serve` runs the sweeper.
@@ -83,6 +89,9 @@ pub const DEFAULT_SERVICE_AUDIENCE: &str = "airlock-api";
 pub const DEFAULT_OPERATOR_ISSUER: &str = "airlock-local-dev-operators";
 pub const DEFAULT_OPERATOR_AUDIENCE: &str = "airlock-operators";
 pub const DEFAULT_CONFIRMATION_AUDIENCE: &str = "airlock-execute";
+/// Orders waiting or being handled beyond which execute refuses new submissions: about a
+/// quarter of a second of the embedded workers' drain (BENCHMARKS.md).
+pub const DEFAULT_ORDERS_BACKLOG_LIMIT: u32 = 250;
 
 impl Config {
     /// The approval page's origin: configured, else `http://localhost:3000`.
@@ -120,6 +129,8 @@ impl Default for Config {
             clock_skew_s: 60,
             execute_lease_ms: 10_000,
             execute_rate_per_minute: 20,
+            orders_backlog_limit: DEFAULT_ORDERS_BACKLOG_LIMIT,
+            orders_backlog_cache_ms: 0,
             sweep_after_ms: 60_000,
             sweep_interval_ms: 5_000,
             worker_retry_ms: 2_000,
@@ -430,6 +441,13 @@ impl Config {
             clock_skew_s: number("AIRLOCK_CLOCK_SKEW_SECONDS", 60, 0, 60)?,
             execute_lease_ms: number("AIRLOCK_EXECUTE_LEASE_MS", 10_000, 1_000, 120_000)?,
             execute_rate_per_minute: number("AIRLOCK_EXECUTE_RATE_PER_MINUTE", 20, 1, 1_000_000)?,
+            orders_backlog_limit: number(
+                "AIRLOCK_ORDERS_BACKLOG_LIMIT",
+                DEFAULT_ORDERS_BACKLOG_LIMIT,
+                0,
+                1_000_000,
+            )?,
+            orders_backlog_cache_ms: number("AIRLOCK_ORDERS_BACKLOG_CACHE_MS", 0, 0, 60_000)?,
             sweep_after_ms: number("AIRLOCK_SWEEP_AFTER_MS", 60_000, 1_000, 3_600_000)?,
             sweep_interval_ms: number("AIRLOCK_SWEEP_INTERVAL_MS", 5_000, 100, 600_000)?,
             worker_retry_ms: number("AIRLOCK_WORKER_RETRY_MS", 2_000, 10, 600_000)?,

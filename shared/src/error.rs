@@ -46,6 +46,7 @@ codes! {
     ActionDisabled => "action_disabled",
     PolicyViolation => "policy_violation",
     RateLimited => "rate_limited",
+    OrdersBacklogged => "orders_backlogged",
     ApprovalRequired => "approval_required",
     PlanDeclined => "plan_declined",
     SignInRequired => "sign_in_required",
@@ -82,6 +83,7 @@ impl Code {
                 | ActionDisabled
                 | PolicyViolation
                 | RateLimited
+                | OrdersBacklogged
                 | ApprovalRequired
                 | PlanDeclined
         )

@@ -346,6 +346,9 @@ pub trait Queue: Send + Sync {
     async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()>;
     /// Messages per queue: waiting, and received but not yet deleted.
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>>;
+    /// The messages of one queue waiting or received but not yet deleted: execute's
+    /// admission check. On SQS an approximate count (one `GetQueueAttributes`).
+    async fn backlog(&self, queue: crate::domain::QueueTarget) -> StoreResult<u64>;
     /// Up to `max` messages, hidden from other consumers for `visibility_ms`. On the FIFO
     /// orders queue, a group's (account's) messages arrive in order, and none of a group
     /// arrives while an earlier one of it is in flight; one batch may hold several of one

@@ -630,6 +630,69 @@ async fn embedded_bodies_are_stored_packed_and_text_bodies_from_before_still_rea
     assert_eq!(packed, 1, "the new plan");
 }
 
+both!(a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing);
+/// Execute's admission check: while the orders queue holds the limit, a new order is
+/// refused with 503 `orders_backlogged` and `Retry-After`, and nothing is written (the plan
+/// stays open, the key undecided). A replay of an accepted execute and a sync still go
+/// through. Once the workers have drained the queue, the same key queues the order.
+async fn a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing(b: Backend) {
+    let s = start(b, &[("AIRLOCK_ORDERS_BACKLOG_LIMIT", "2")]);
+    let t = s.trader();
+    let mut accepted = Vec::new();
+    for key in ["backlog-1", "backlog-2"] {
+        let p = executable_plan(&t).await;
+        let r = t.execute(&p, key).await;
+        assert_eq!(r.status, 202, "{:?}", r.body);
+        accepted.push((p, r["action_id"].as_str().unwrap().to_string()));
+    }
+    let p = executable_plan(&t).await;
+    let refused = t.execute(&p, "backlog-3").await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (503, "orders_backlogged"),
+        "{:?}",
+        refused.body
+    );
+    assert_eq!(refused.retry_after.as_deref(), Some("1"));
+    assert_eq!(refused["status"], "rejected");
+    assert_eq!(s.queued_messages(), 2, "nothing queued");
+    let plan_id = p["plan_id"].as_str().unwrap();
+    let trail = s.audit(plan_id);
+    assert!(trail.iter().all(|a| a["decision"] != "queued"), "{trail:?}");
+    // Refused again while the queue stays full: the key was not decided.
+    let again = t.execute(&p, "backlog-3").await;
+    assert_eq!(again.code(), "orders_backlogged", "{:?}", again.body);
+    // An accepted execute still replays, and a sync is never refused.
+    let (p1, a1) = &accepted[0];
+    assert_eq!(duplicate_of(&t.execute(p1, "backlog-1").await), *a1);
+    let sync = t
+        .post(
+            "/actions/plan",
+            &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-1"},
+                    "requested_by": "op-energy-trader"}),
+        )
+        .await;
+    assert_eq!(t.execute(&sync, "backlog-sync").await.status, 202);
+
+    // The workers drain the queue; the same key now queues the order.
+    let stack = s.crash();
+    let s = stack.start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "2"),
+    ]);
+    let t = s.trader();
+    for (_, a) in &accepted {
+        assert_eq!(t.settled(a).await["status"], "succeeded");
+    }
+    let r = t.execute(&p, "backlog-3").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_eq!(
+        t.settled(r["action_id"].as_str().unwrap()).await["status"],
+        "succeeded"
+    );
+}
+
 both!(a_retry_after_a_crash_after_the_commit_answers_from_the_commit);
 async fn a_retry_after_a_crash_after_the_commit_answers_from_the_commit(b: Backend) {
     let (dir, p) = execute_then_crash(b, SEND_AFTER_COMMIT_THEN_CRASH, "crash-1").await;

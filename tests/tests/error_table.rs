@@ -91,7 +91,10 @@ fn common(
     assert_eq!(body["request_id"], id, "the body repeats the header: {ctx}");
     if matches!(
         want,
-        Code::RateLimited | Code::UpstreamUnavailable | Code::IdempotencyKeyInFlight
+        Code::RateLimited
+            | Code::OrdersBacklogged
+            | Code::UpstreamUnavailable
+            | Code::IdempotencyKeyInFlight
     ) {
         let secs: u64 = retry_after
             .unwrap_or_else(|| panic!("no Retry-After: {ctx}"))
@@ -277,6 +280,8 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         ("AIRLOCK_NOW", MARKET_OPEN),
         // One accepted execute per minute: the second is refused.
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1"),
+        // One order waiting (the workers are off) backlogs the orders queue.
+        ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "1"),
     ]);
     let t = s.trader();
     let anon = t.with_tokens("", "");
@@ -513,12 +518,31 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         &r,
         Code::IdempotencyKeyReused,
     );
-    let r = t.execute(&p2, "k-3").await;
+    // A sync is never refused for the orders backlog; it meets the rate limit.
+    let sync = plan(
+        &t,
+        &json!({
+            "action_type": "positions.sync",
+            "payload": { "account_id": "ACC-1" },
+            "requested_by": "op-energy-trader",
+        }),
+    )
+    .await;
+    let r = t.execute(&sync, "k-3").await;
     seen.api(
         "executePlan",
         "the second execute of the minute",
         &r,
         Code::RateLimited,
+    );
+    // The order accepted above is still waiting: a new order is refused before the
+    // rate limit is even looked at, and nothing is decided.
+    let r = t.execute(&p2, "k-3b").await;
+    seen.api(
+        "executePlan",
+        "an order behind a backlogged orders queue",
+        &r,
+        Code::OrdersBacklogged,
     );
 
     s.cli(&["kill-switch", "engage", "--reason", "error table"]);

@@ -1097,9 +1097,18 @@ async fn queue_sends_receives_and_deduplicates(b: Backend) {
     let e = env(b).await;
     let q = &e.p.queue;
     let m = message("act-q1", "pln-q1", ActionType::OrderSubmitCl);
+    assert_eq!(q.backlog(QueueTarget::Orders).await.unwrap(), 0);
     q.send(&m, "ACC-Q", "act-q1").await.unwrap();
     q.send(&m, "ACC-Q", "act-q1").await.unwrap();
+    // Execute's admission count: the message, once.
+    assert_eq!(q.backlog(QueueTarget::Orders).await.unwrap(), 1);
+    assert_eq!(q.backlog(QueueTarget::Jobs).await.unwrap(), 0);
     let got = q.receive(QueueTarget::Orders, 10, 30_000).await.unwrap();
+    assert_eq!(
+        q.backlog(QueueTarget::Orders).await.unwrap(),
+        1,
+        "a message being handled still counts"
+    );
     assert_eq!(
         got.len(),
         1,
@@ -1119,6 +1128,7 @@ async fn queue_sends_receives_and_deduplicates(b: Backend) {
         .unwrap()
         .is_empty());
     q.ack(QueueTarget::Orders, &got[0].receipt).await.unwrap();
+    assert_eq!(q.backlog(QueueTarget::Orders).await.unwrap(), 0, "handled");
     assert!(q
         .receive(QueueTarget::Orders, 10, 30_000)
         .await

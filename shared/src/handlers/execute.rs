@@ -77,6 +77,7 @@ pub fn api_doc() -> Api {
                 Code::PolicyViolation,
                 Code::PlanDeclined,
                 Code::RateLimited,
+                Code::OrdersBacklogged,
             ])
             .answers(202, "Queued: the workers carry out the action.", schema::<crate::protocol::execute::Accepted>)
             .example(accepted.clone())

@@ -29,7 +29,7 @@ pub fn status_of(code: Code) -> StatusCode {
         CsrfRejected | ApprovalRefused => StatusCode::FORBIDDEN,
         EnrolmentNotFound | OperatorNotEnrolled => StatusCode::NOT_FOUND,
         RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        UpstreamUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        UpstreamUnavailable | OrdersBacklogged => StatusCode::SERVICE_UNAVAILABLE,
         Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

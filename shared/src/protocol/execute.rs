@@ -284,6 +284,65 @@ pub struct Executor {
     pub dispatch: Dispatch,
     /// Where operators approve plans (the `approval_required` answer names the page).
     pub approval_origin: String,
+    pub backlog: Backlog,
+}
+
+/// Execute's admission check for order submissions: refused (503 `orders_backlogged`,
+/// `Retry-After: 1`) while the orders queue holds `limit` messages or more, waiting or
+/// being handled, so an accepted order reaches the broker moments after its confirmation
+/// and a stalled or outrun pipeline does not pile up orders to send late. Cancels and syncs
+/// are never refused (they reduce risk). The count is reused for `cache_ms` (each ask is an
+/// SQS call on AWS).
+#[derive(Clone)]
+pub struct Backlog {
+    limit: u32,
+    cache_ms: Millis,
+    /// The last count and when it was read.
+    seen: Arc<Mutex<Option<(Millis, u64)>>>,
+}
+
+impl Backlog {
+    pub fn new(limit: u32, cache_ms: u64) -> Self {
+        Backlog {
+            limit,
+            cache_ms: cache_ms.min(i64::MAX as u64) as Millis,
+            seen: Arc::default(),
+        }
+    }
+
+    async fn refusal(&self, queue: &dyn Queue, now: Millis) -> Option<ApiError> {
+        if self.limit == 0 {
+            return None;
+        }
+        let cached = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = match cached {
+            Some((at, n)) if (at..at + self.cache_ms).contains(&now) => n,
+            _ => {
+                // The count is a brake on delay, not a risk control (those hold in the
+                // atomic step and at the worker): a count that fails or is throttled
+                // admits, for the cache's time, and the send meets the queue as before.
+                let n = match queue.backlog(QueueTarget::Orders).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::warn!(cause = %e, "orders backlog unknown; admitting");
+                        0
+                    }
+                };
+                *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, n));
+                n
+            }
+        };
+        (n >= u64::from(self.limit)).then(|| {
+            ApiError::new(
+                Code::OrdersBacklogged,
+                format!(
+                    "The orders queue holds {n} orders not yet handled (the limit is {}): an order accepted now would reach the broker late. Retry in 1 s with the same idempotency key.",
+                    self.limit
+                ),
+            )
+            .retry_after(1)
+        })
+    }
 }
 
 /// Steps 5 and 6 of execute, shared with the sweeper: send an accepted action's message,
@@ -924,6 +983,13 @@ async fn decide(
             ),
         });
     }
+    // Admission: not a decision either. An order accepted behind a deep queue would reach
+    // the broker seconds after the operator confirmed it; refuse it now instead.
+    if plan.action_type.is_order_submission() {
+        if let Some(e) = st.backlog.refusal(st.dispatch.queue.as_ref(), now).await {
+            return Err(ctx.reject(e, Some(plan)).await);
+        }
+    }
     // Rate limit: not a decision, so nothing is recorded and the key can be retried.
     rate.operator_id = ctx.caller.operator.sub.clone();
     let limit = st.rate_per_minute;
@@ -1401,5 +1467,92 @@ pub(crate) fn resent_audit(
         user_verified: None,
         apigw_request_id: crate::telemetry::gateway_ids().0,
         lambda_request_id: crate::telemetry::gateway_ids().1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{StoreError, StoreResult};
+    use crate::ports::{Delivery, QueueDepth};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A queue that only counts: `count` messages, or a failure; `asked` counts the asks.
+    struct Counted {
+        count: Option<u64>,
+        asked: AtomicU64,
+    }
+
+    #[async_trait::async_trait]
+    impl Queue for Counted {
+        async fn send(&self, _: &QueueMessage, _: &str, _: &str) -> StoreResult<()> {
+            unreachable!()
+        }
+        async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
+            unreachable!()
+        }
+        async fn backlog(&self, queue: QueueTarget) -> StoreResult<u64> {
+            assert_eq!(queue, QueueTarget::Orders);
+            self.asked.fetch_add(1, Ordering::Relaxed);
+            self.count
+                .ok_or_else(|| StoreError::Unavailable("throttled".into()))
+        }
+        async fn receive(&self, _: QueueTarget, _: u32, _: u64) -> StoreResult<Vec<Delivery>> {
+            unreachable!()
+        }
+        async fn ack(&self, _: QueueTarget, _: &str) -> StoreResult<()> {
+            unreachable!()
+        }
+        async fn release(&self, _: QueueTarget, _: &str, _: u64) -> StoreResult<()> {
+            unreachable!()
+        }
+        async fn dead_letters(&self, _: QueueTarget, _: u32, _: u64) -> StoreResult<Vec<Delivery>> {
+            unreachable!()
+        }
+        async fn redrive(&self, _: QueueTarget, _: u32) -> StoreResult<usize> {
+            unreachable!()
+        }
+    }
+
+    fn queue(count: Option<u64>) -> Counted {
+        Counted {
+            count,
+            asked: AtomicU64::new(0),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_backlog_refuses_at_its_limit_and_reuses_its_count_for_the_cache_time() {
+        let full = queue(Some(3));
+        let gate = Backlog::new(3, 1_000);
+        let e = gate
+            .refusal(&full, 10_000)
+            .await
+            .expect("refused at the limit");
+        assert_eq!(e.code, Code::OrdersBacklogged);
+        assert_eq!(e.retry_after, Some(1));
+        // Within the cache time the count is reused; after it, asked again.
+        assert!(gate.refusal(&full, 10_999).await.is_some());
+        assert_eq!(full.asked.load(Ordering::Relaxed), 1);
+        assert!(gate.refusal(&full, 11_000).await.is_some());
+        assert_eq!(full.asked.load(Ordering::Relaxed), 2);
+        // A clock that went back does not keep a stale count.
+        assert!(gate.refusal(&full, 9_000).await.is_some());
+        assert_eq!(full.asked.load(Ordering::Relaxed), 3);
+
+        assert!(
+            Backlog::new(4, 0).refusal(&full, 0).await.is_none(),
+            "below"
+        );
+        let off = Backlog::new(0, 0);
+        assert!(off.refusal(&queue(Some(1_000_000)), 0).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_count_that_fails_admits() {
+        let failing = queue(None);
+        let gate = Backlog::new(1, 0);
+        assert!(gate.refusal(&failing, 0).await.is_none());
+        assert_eq!(failing.asked.load(Ordering::Relaxed), 1);
     }
 }

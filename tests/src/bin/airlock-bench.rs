@@ -66,6 +66,10 @@ const TRADER: &str = "op-energy-trader";
 /// is range-checked to 1..=1,000,000; a larger value makes `serve` refuse to start): no
 /// scenario here reaches it.
 const MAX_RATE_PER_MINUTE: &str = "1000000";
+/// The scenarios that queue orders with the workers off (or measure plan and execute
+/// alone) turn execute's orders-backlog admission check off; the closed-loop stream keeps
+/// the default and retries refused executes after their `Retry-After`.
+const NO_BACKLOG_LIMIT: (&str, &str) = ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "0");
 
 // ---------------------------------------------------------------------------------------
 // Options and results
@@ -1000,6 +1004,7 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", o.workers.as_str()),
+        NO_BACKLOG_LIMIT,
     ];
     let s = Server::start(&env);
     no_position_limit(&s);
@@ -1216,6 +1221,7 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", o.workers.as_str()),
+        NO_BACKLOG_LIMIT,
     ];
     let s = Server::start(&env);
     no_position_limit(&s);
@@ -1406,6 +1412,8 @@ struct Client {
     auth: String,
     token: String,
     sub: String,
+    /// Executes refused with 503 `orders_backlogged` (each retried after its 1 s).
+    backlogged: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Client {
@@ -1416,6 +1424,7 @@ impl Client {
             auth: format!("Bearer {service}"),
             token: token.into(),
             sub: sub.into(),
+            backlogged: Arc::default(),
         }
     }
 
@@ -1475,12 +1484,20 @@ impl Client {
             "requested_by": self.sub,
         })
         .to_string();
-        let (st, text) = self.post("/actions/execute", exec).await;
-        let done = Instant::now();
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        match (st, v["action_id"].as_str()) {
-            (202, Some(id)) => Ok((id.to_string(), done)),
-            _ => Err(format!("execute -> {st} {}", truncate(&text, 300))),
+        loop {
+            let (st, text) = self.post("/actions/execute", exec.clone()).await;
+            let done = Instant::now();
+            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            match (st, v["action_id"].as_str()) {
+                (202, Some(id)) => return Ok((id.to_string(), done)),
+                // Admission control: the same key again after `Retry-After` (1 s).
+                (503, _) if v["error"]["code"] == "orders_backlogged" => {
+                    self.backlogged
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                _ => return Err(format!("execute -> {st} {}", truncate(&text, 300))),
+            }
         }
     }
 }
@@ -1627,6 +1644,7 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", "off"),
+        NO_BACKLOG_LIMIT,
     ];
     let s = Server::start(&env_off);
     no_position_limit(&s);
@@ -1958,7 +1976,8 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
                     Err(e) => poll_errors.add(truncate(&e, 60), || e.clone()),
                 }
             }
-            (measured, errors, sampled, poll_errors, last)
+            let refused = c.backlogged.load(std::sync::atomic::Ordering::Relaxed);
+            (measured, errors, sampled, poll_errors, last, refused)
         }));
     }
     let mut measured = Vec::new();
@@ -1966,8 +1985,10 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
     let mut sampled = Lat::default();
     let mut poll_errors = Errors::default();
     let mut last = begin;
+    let mut backlogged = 0;
     for t in tasks {
-        let (m, e, smp, pe, l) = t.await.expect("stream task");
+        let (m, e, smp, pe, l, refused) = t.await.expect("stream task");
+        backlogged += refused;
         measured.extend(m);
         errors.merge(e);
         for d in smp {
@@ -2028,7 +2049,7 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
             b,
             &format!("stream ({pace}), {clients} clients, workers on: pairs/s"),
             format!(
-                "{:.0} ({n} pairs in {:.1} s); errors {}",
+                "{:.0} ({n} pairs in {:.1} s); errors {}; executes refused as backlogged (retried after 1 s) {backlogged}",
                 n as f64 / wall.as_secs_f64(),
                 wall.as_secs_f64(),
                 errors.describe()

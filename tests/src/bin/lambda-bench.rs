@@ -853,6 +853,8 @@ fn spawn_serve(
         .env_remove("AIRLOCK_NOW")
         .env("AIRLOCK_WORKERS", "off")
         .env("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000")
+        // Orders are queued with the workers off: no admission check.
+        .env("AIRLOCK_ORDERS_BACKLOG_LIMIT", "0")
         .env("RUST_LOG", "warn")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -985,6 +987,10 @@ impl AwsStack {
         env.push(("AIRLOCK_METRICS".into(), "emf".into()));
         env.push(("RUST_LOG".into(), "info".into()));
         env.push((IGNORE_STAGE_ENV.0.into(), IGNORE_STAGE_ENV.1.into()));
+        // As the template: the orders queue's count reused for a second. The bench queues
+        // without workers, so the limit is set out of reach: counted, never refused.
+        env.push(("AIRLOCK_ORDERS_BACKLOG_CACHE_MS".into(), "1000".into()));
+        env.push(("AIRLOCK_ORDERS_BACKLOG_LIMIT".into(), "1000000".into()));
         env.extend(self.queue_urls.iter().cloned());
         if public_key {
             env.push((

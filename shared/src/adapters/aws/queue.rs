@@ -9,6 +9,30 @@ use crate::records::QueueMessage;
 use async_trait::async_trait;
 
 impl Aws {
+    /// A queue's approximate messages: (waiting, received and not yet deleted).
+    async fn counts(&self, url: &str) -> StoreResult<(i64, i64)> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let o = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetQueueAttributes", &e))?;
+        let get = |a: A| -> i64 {
+            o.attributes()
+                .and_then(|m| m.get(&a))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok((
+            get(A::ApproximateNumberOfMessages),
+            get(A::ApproximateNumberOfMessagesNotVisible),
+        ))
+    }
+
     pub(super) fn url(&self, queue: QueueTarget) -> &str {
         match queue {
             QueueTarget::Orders => &self.names.orders_queue_url,
@@ -231,32 +255,16 @@ impl Queue for Aws {
         Ok(moved)
     }
 
+    async fn backlog(&self, queue: QueueTarget) -> StoreResult<u64> {
+        let (waiting, in_flight) = self.counts(self.url(queue)).await?;
+        Ok((waiting + in_flight).max(0) as u64)
+    }
+
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
-        use aws_sdk_sqs::types::QueueAttributeName as A;
         let mut out = Vec::new();
-        for (queue, url) in [
-            (QueueTarget::Orders, &self.names.orders_queue_url),
-            (QueueTarget::Jobs, &self.names.jobs_queue_url),
-        ] {
-            let o = self
-                .sqs
-                .get_queue_attributes()
-                .queue_url(url)
-                .attribute_names(A::ApproximateNumberOfMessages)
-                .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-                .send()
-                .await
-                .map_err(|e| unavailable("GetQueueAttributes", &e))?;
-            let get = |a: A| {
-                o.attributes()
-                    .and_then(|m| m.get(&a))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0)
-            };
-            let shape = match queue {
-                QueueTarget::Orders => crate::adapters::aws::shapes::ORDERS_QUEUE,
-                QueueTarget::Jobs => crate::adapters::aws::shapes::JOBS_QUEUE,
-            };
+        for queue in [QueueTarget::Orders, QueueTarget::Jobs] {
+            let (waiting, in_flight) = self.counts(self.url(queue)).await?;
+            let shape = Self::shape(queue);
             let dead = match self
                 .sqs
                 .get_queue_url()
@@ -267,32 +275,17 @@ impl Queue for Aws {
                 .send()
                 .await
             {
+                // Those the dead-letter sweep is looking at are dead letters too.
                 Ok(u) => {
-                    let d = self
-                        .sqs
-                        .get_queue_attributes()
-                        .queue_url(u.queue_url().unwrap_or_default())
-                        .attribute_names(A::ApproximateNumberOfMessages)
-                        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-                        .send()
-                        .await
-                        .map_err(|e| unavailable("GetQueueAttributes", &e))?;
-                    // Those the dead-letter sweep is looking at are dead letters too.
-                    let count = |a: A| -> i64 {
-                        d.attributes()
-                            .and_then(|m| m.get(&a))
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0)
-                    };
-                    count(A::ApproximateNumberOfMessages)
-                        + count(A::ApproximateNumberOfMessagesNotVisible)
+                    let (w, f) = self.counts(u.queue_url().unwrap_or_default()).await?;
+                    w + f
                 }
                 Err(_) => 0,
             };
             out.push(QueueDepth {
                 queue,
-                waiting: get(A::ApproximateNumberOfMessages),
-                in_flight: get(A::ApproximateNumberOfMessagesNotVisible),
+                waiting,
+                in_flight,
                 dead_letters: dead,
                 oldest_sent_at: None,
             });

@@ -302,6 +302,21 @@ impl Queue for Sqlite {
         Ok(moved)
     }
 
+    async fn backlog(&self, queue: QueueTarget) -> StoreResult<u64> {
+        let q = queue.as_str();
+        self.read(move |c| {
+            // Through `queue_live`: the done messages kept for deduplication are not read.
+            c.row(
+                "SELECT COUNT(*) FROM queue WHERE queue = ? AND status IN ('ready', 'in_flight')",
+                [q],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n.max(0) as u64)
+            .map_err(db_err)
+        })
+        .await
+    }
+
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
         let stats = self.queue_stats().await?;
         Ok([QueueTarget::Orders, QueueTarget::Jobs]
