@@ -89,9 +89,9 @@ pub const DEFAULT_SERVICE_AUDIENCE: &str = "airlock-api";
 pub const DEFAULT_OPERATOR_ISSUER: &str = "airlock-local-dev-operators";
 pub const DEFAULT_OPERATOR_AUDIENCE: &str = "airlock-operators";
 pub const DEFAULT_CONFIRMATION_AUDIENCE: &str = "airlock-execute";
-/// Orders waiting or being handled beyond which execute refuses new submissions: about a
-/// quarter of a second of the embedded workers' drain (BENCHMARKS.md).
-pub const DEFAULT_ORDERS_BACKLOG_LIMIT: u32 = 250;
+/// Orders waiting or being handled beyond which execute refuses new submissions: about
+/// half a second of the embedded workers' drain (BENCHMARKS.md).
+pub const DEFAULT_ORDERS_BACKLOG_LIMIT: u32 = 500;
 
 impl Config {
     /// The approval page's origin: configured, else `http://localhost:3000`.
