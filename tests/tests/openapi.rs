@@ -356,3 +356,30 @@ async fn queue_messages_match_their_schema(b: Backend) {
         "a cancel needs its order_id"
     );
 }
+
+/// `airlock openapi | head -1`: the CLI's output goes to a reader that stops early. The
+/// document is larger than a pipe's buffer, so the CLI writes into a closed pipe; it must end
+/// quietly with success, not panic ("failed printing to stdout: Broken pipe").
+#[test]
+fn the_cli_ends_quietly_when_its_reader_stops_early() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(airlock_tests::binary())
+        .arg("openapi")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("airlock openapi");
+    let mut first = [0u8; 16];
+    let mut stdout = child.stdout.take().expect("stdout");
+    stdout.read_exact(&mut first).expect("the document's first bytes");
+    drop(stdout);
+    let out = child.wait_with_output().expect("airlock exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("panicked"),
+        "status {}, stderr: {stderr}",
+        out.status
+    );
+    assert!(first.starts_with(b"{"), "{:?}", String::from_utf8_lossy(&first));
+}

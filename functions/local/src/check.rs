@@ -508,7 +508,7 @@ impl Report {
         if self.table_to_stderr {
             eprintln!("{line}");
         } else {
-            println!("{line}");
+            outln!("{line}");
         }
         self.rows.push(Row {
             name: name.to_string(),
@@ -636,14 +636,14 @@ async fn check(args: CheckArgs) -> Result<bool, String> {
     match args.json.as_deref() {
         Some(_) if to_stdout => {
             eprintln!("{summary}");
-            println!("{text}");
+            outln!("{text}");
         }
         Some(p) => {
-            println!("{summary}");
+            outln!("{summary}");
             std::fs::write(p, format!("{text}\n"))
                 .map_err(|e| format!("writing the JSON report to {}: {e}", p.display()))?;
         }
-        None => println!("{summary}"),
+        None => outln!("{summary}"),
     }
     Ok(failed == 0)
 }

@@ -75,7 +75,7 @@ pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
             issuer.operator_token(&cfg, &sub, &list(&roles), desks.as_deref(), now, ttl)
         }
     };
-    println!("{t}");
+    outln!("{t}");
     Ok(())
 }
 
@@ -98,7 +98,7 @@ async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
 
 pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
     for line in airlock::adapters::aws::bootstrap::bootstrap(&cfg.aws).await? {
-        println!("{line}");
+        outln!("{line}");
     }
     if demo_data {
         let st = app::aws(cfg.clone(), clock(&cfg), true).await?;
@@ -116,9 +116,9 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
             airlock::seed::load_demo_all(&st.ports, st.clock.now_ms())
                 .await
                 .map_err(|e| e.to_string())?;
-            println!("demo data: loaded");
+            outln!("demo data: loaded");
         } else {
-            println!("demo data: accounts exist, left as they are");
+            outln!("demo data: accounts exist, left as they are");
         }
     }
     Ok(())
@@ -179,7 +179,7 @@ pub async fn serve(
             }
         }
     });
-    println!(
+    outln!(
         "airlock listening on http://{local} (state dir {}); approvals at {}/approvals",
         state.config.state_dir.display(),
         state.approvals.origin
@@ -188,7 +188,7 @@ pub async fn serve(
     match metrics_listener.filter(|_| metrics_on) {
         Some(l) => {
             let at = l.local_addr().map_err(|e| e.to_string())?;
-            println!("metrics at http://{at}{}", airlock::handlers::metrics::PATH);
+            outln!("metrics at http://{at}{}", airlock::handlers::metrics::PATH);
             let app = airlock::handlers::metrics::routes().with_state(state.clone());
             tokio::spawn(async move { axum::serve(l, app).await });
         }
@@ -254,19 +254,19 @@ fn print_control(c: &airlock::records::Control) {
     } else {
         "ENGAGED (order submission stopped)"
     };
-    println!("kill switch: {state}");
+    outln!("kill switch: {state}");
     if c.updated_at > 0 {
-        println!(
+        outln!(
             "changed at {} by {}",
             human_time(c.updated_at),
             c.updated_by
         );
     }
     if let Some(r) = &c.reason {
-        println!("reason: {r}");
+        outln!("reason: {r}");
     }
     for (a, m) in &c.rollout {
-        println!(
+        outln!(
             "rollout {a}: {}",
             serde_json::to_value(m)
                 .ok()
@@ -336,7 +336,7 @@ pub async fn audit(cfg: Config, backend: Backend, id: &str) -> Result<(), String
         return Err(format!("no audit records for {id}"));
     }
     for r in trail {
-        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+        outln!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
     }
     Ok(())
 }
@@ -351,7 +351,7 @@ pub async fn seed_orders(cfg: Config, backend: Backend, n: usize) -> Result<(), 
 pub async fn queues(cfg: Config, backend: Backend) -> Result<(), String> {
     let state = state(cfg, backend).await?;
     for d in state.ports.queue.depth().await.map_err(|e| e.to_string())? {
-        println!(
+        outln!(
             "{} waiting={} in_flight={} dead_letters={}",
             d.queue, d.waiting, d.in_flight, d.dead_letters
         );
@@ -373,7 +373,7 @@ pub async fn redrive(cfg: Config, backend: Backend, only: Option<&str>) -> Resul
             .redrive(q, u32::MAX)
             .await
             .map_err(|e| e.to_string())?;
-        println!("{q} redriven={moved}");
+        outln!("{q} redriven={moved}");
     }
     Ok(())
 }
@@ -389,7 +389,7 @@ pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), Strin
     eprintln!("kid: {}", signer.key_id());
     // The name the functions log the key under (AIRLOCK_CONFIRMATION_PUBLIC_KEY's too).
     eprintln!("thumbprint: {}", airlock::token::jwk_thumbprint(&public));
-    print!("{pem}");
+    out!("{pem}");
     Ok(())
 }
 
@@ -429,7 +429,7 @@ pub async fn policy(
     };
     let p = state.policy_for(&c);
     eprintln!("policy from the {source}");
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(p).map_err(|e| e.to_string())?
     );
@@ -466,7 +466,7 @@ pub async fn prices(
                 .map(|c| c.symbol() == s)
                 .unwrap_or(false)
         }) {
-            println!("{s} {p}");
+            outln!("{s} {p}");
         }
     }
     Ok(())
@@ -496,7 +496,7 @@ pub async fn account_status(
         .put_accounts(&[a])
         .await
         .map_err(|e| e.to_string())?;
-    println!("{account}: {status}");
+    outln!("{account}: {status}");
     Ok(())
 }
 
@@ -508,7 +508,7 @@ pub async fn broker_book(cfg: Config, backend: Backend, account: &str) -> Result
         .book(account)
         .await
         .map_err(|e| e.to_string())?;
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
             "orders": book.orders,
@@ -607,11 +607,11 @@ pub async fn operators(
                 "enrolment link for {} (works once, until {}):",
                 link.sub, link.expires_at
             );
-            println!("{}", link.url);
+            outln!("{}", link.url);
         }
         OperatorsCommand::List => {
             for o in a.list_operators().await.map_err(|e| e.message)? {
-                println!(
+                outln!(
                     "{}\troles={}\tdesks={}\tpasskeys={}{}",
                     o.sub,
                     o.roles.join(","),
@@ -625,7 +625,7 @@ pub async fn operators(
             if !a.revoke(&sub, &cli_user()).await.map_err(|e| e.message)? {
                 return Err(format!("no operator {sub}"));
             }
-            println!("revoked {sub}: passkeys forgotten, sessions ended");
+            outln!("revoked {sub}: passkeys forgotten, sessions ended");
         }
     }
     Ok(())
@@ -644,7 +644,7 @@ pub async fn stats(url: &str, window: u64) -> Result<(), String> {
     } else {
         stats::report(&stats::parse(&first), None)
     };
-    print!("{report}");
+    out!("{report}");
     Ok(())
 }
 

@@ -1,5 +1,15 @@
 //! `airlock`: the local command line (contract, Local command line).
 
+/// `println!` for the CLI's output: see [`out`].
+macro_rules! outln {
+    ($($t:tt)*) => { $crate::out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
+/// `print!` for the CLI's output: see [`out`].
+macro_rules! out {
+    ($($t:tt)*) => { $crate::out(format_args!($($t)*)) };
+}
+
 mod check;
 mod commands;
 
@@ -144,6 +154,21 @@ enum Command {
     SeedOrders { n: usize },
 }
 
+/// Writes the CLI's output to stdout. A reader that stops early (`airlock audit ID | head`)
+/// ends the program quietly with success, as `cat` would, where `println!` panics on the
+/// broken pipe; any other write error ends it with a message and failure.
+fn out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("airlock: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     airlock::telemetry::init();
@@ -208,7 +233,7 @@ fn main() -> std::process::ExitCode {
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
             Command::Stats { url, window } => commands::stats(&url, window).await,
             Command::Openapi => {
-                print!("{}", airlock::handlers::openapi::text()?);
+                out!("{}", airlock::handlers::openapi::text()?);
                 Ok(())
             }
             Command::Operators { action } => commands::operators(cfg, backend, action).await,
