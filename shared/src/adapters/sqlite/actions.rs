@@ -1,6 +1,6 @@
 //! Actions on SQLite: the `actions` table, and the sweeper's listing of unsent ones.
 
-use super::packed::{pack, Body};
+use super::packed::{packed_json, Body};
 use super::rows::Cached;
 use super::rows::{body, one_body};
 use super::{db_err, json_err, Sqlite};
@@ -53,7 +53,7 @@ impl ActionStore for Sqlite {
             let mut a: ActionRecord = serde_json::from_str(&text).map_err(json_err)?;
             a.enqueued_at = Some(now);
             a.updated_at = a.updated_at.max(now);
-            let body = pack(&serde_json::to_string(&a).map_err(json_err)?);
+            let body = packed_json(&a)?;
             tx.run(
                 "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
                 params![now, body, id],

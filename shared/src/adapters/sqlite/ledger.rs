@@ -7,7 +7,7 @@
 
 use super::audit::AuditRow;
 use super::control::load_control;
-use super::packed::pack;
+use super::packed::packed_json;
 use super::plans::{load_plan, set_plan_fields};
 use super::positions::{add_open, load_exposure};
 use super::rows::one_body;
@@ -38,7 +38,7 @@ pub(super) fn load_key(
 }
 
 pub(super) fn put_key(c: &Connection, k: &KeyRecord) -> StoreResult<()> {
-    put_key_body(c, k, &pack(&serde_json::to_string(k).map_err(json_err)?))
+    put_key_body(c, k, &packed_json(k)?)
 }
 
 /// [`put_key`] with the body already serialized and packed (`body` is `k`).
@@ -192,15 +192,10 @@ impl ExecuteLedger for Sqlite {
     }
 
     async fn commit(&self, commit: &ExecuteCommit, now: i64) -> StoreResult<CommitOutcome> {
-        // Every record is serialized here, off the writer thread; only SQL runs on it.
-        // Serialized and packed here, off the writer thread.
-        let key_body = pack(&serde_json::to_string(&commit.key).map_err(json_err)?);
-        let action_body = commit
-            .action
-            .as_ref()
-            .map(|a| serde_json::to_string(a).map(|t| pack(&t)))
-            .transpose()
-            .map_err(json_err)?;
+        // Every record is serialized and packed here, off the writer thread; only SQL runs
+        // on it.
+        let key_body = packed_json(&commit.key)?;
+        let action_body = commit.action.as_ref().map(packed_json).transpose()?;
         let audit = AuditRow::new(&commit.audit)?;
         // The plan's change, as the fields it sets in the stored body.
         let plan_change = commit.plan_change.as_ref().map(|(plan_id, change)| {
@@ -223,7 +218,7 @@ impl ExecuteLedger for Sqlite {
             (Some(group), Some(a)) => Some((
                 a.queue_target,
                 group.clone(),
-                pack(&serde_json::to_string(&a.message).map_err(json_err)?),
+                packed_json(&a.message)?,
             )),
             _ => None,
         };
@@ -318,7 +313,7 @@ impl ExecuteLedger for Sqlite {
             if action.enqueued_at.is_none() {
                 action.enqueued_at = Some(now);
                 action.updated_at = action.updated_at.max(now);
-                let body = pack(&serde_json::to_string(&action).map_err(json_err)?);
+                let body = packed_json(&action)?;
                 tx.run(
                     "UPDATE actions SET enqueued_at = ?, body = ? WHERE action_id = ?",
                     params![now, body, action.action_id],

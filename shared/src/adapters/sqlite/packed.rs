@@ -33,6 +33,15 @@ pub(super) fn pack(json: &str) -> Vec<u8> {
     out
 }
 
+/// `value`'s JSON as stored.
+pub(super) fn packed_json<T: serde::Serialize + ?Sized>(
+    value: &T,
+) -> Result<Vec<u8>, crate::error::StoreError> {
+    serde_json::to_string(value)
+        .map(|json| pack(&json))
+        .map_err(super::json_err)
+}
+
 /// The JSON text of a stored body, packed or text.
 pub fn text(v: ValueRef<'_>) -> Result<String, String> {
     match v {

@@ -1,7 +1,7 @@
 //! Plans on SQLite: the `plans` table; a plan is stored with its audit record.
 
 use super::audit::{append_audit, AuditRow};
-use super::packed::{pack, Body};
+use super::packed::{packed_json, Body};
 use super::rows::desk_clause;
 use super::rows::one_body;
 use super::rows::Cached;
@@ -135,7 +135,7 @@ pub(super) fn set_plan_fields(
         obj.insert("status".into(), status.into());
         obj.insert(field.into(), value.into());
     }
-    let body = pack(&serde_json::to_string(&v).map_err(json_err)?);
+    let body = packed_json(&v)?;
     let changed = tx
         .run(
             "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",

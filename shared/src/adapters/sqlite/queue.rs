@@ -8,7 +8,7 @@
 //! `receive` finds the head of each message group through the partial index `queue_live`
 //! (migration 3), one index seek per group, whatever the backlog.
 
-use super::packed::{pack, Body};
+use super::packed::{packed_json, Body};
 use super::rows::Cached;
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use rusqlite::params;
 use tokio::sync::Notify;
 
-use super::{db_err, json_err, Sqlite};
+use super::{db_err, Sqlite};
 use crate::domain::QueueTarget;
 use crate::error::StoreError;
 use crate::error::StoreResult;
@@ -122,7 +122,7 @@ impl Sqlite {
 #[async_trait]
 impl Queue for Sqlite {
     async fn send(&self, msg: &QueueMessage, group: &str, dedup_id: &str) -> StoreResult<()> {
-        let body = pack(&serde_json::to_string(msg).map_err(json_err)?);
+        let body = packed_json(msg)?;
         let queue = msg.action_type.queue_target().as_str().to_string();
         let (group, dedup) = (group.to_string(), dedup_id.to_string());
         let now = chrono::Utc::now().timestamp_millis();

@@ -1,7 +1,7 @@
 //! Row helpers shared by the SQLite entity files: the desk filter, keyset paging, text
 //! columns parsed into domain types, JSON bodies.
 
-use super::packed::{pack, Body};
+use super::packed::{pack, packed_json, Body};
 use super::{db_err, json_err};
 use crate::auth::DeskScope;
 use crate::domain::Price;
@@ -144,7 +144,7 @@ impl Compact {
             }
         }
         Ok(Compact {
-            body: pack(&serde_json::to_string(&v).map_err(json_err)?),
+            body: packed_json(&v)?,
             checks,
         })
     }

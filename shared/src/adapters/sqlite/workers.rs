@@ -3,7 +3,7 @@
 
 use super::jobs::load_job;
 use super::orders::{load_order, put_order};
-use super::packed::pack;
+use super::packed::packed_json;
 use super::positions::{add_open, put_position};
 use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
@@ -203,7 +203,7 @@ impl WorkerStore for Sqlite {
             a.updated_at = now.max(a.updated_at);
             // A status a worker moved was delivered: out of the sweeper's unsent listing.
             a.enqueued_at = a.enqueued_at.or(Some(now));
-            let body = pack(&serde_json::to_string(&a).map_err(json_err)?);
+            let body = packed_json(&a)?;
             tx.run(
                 "UPDATE actions SET body = ?, enqueued_at = ? WHERE action_id = ?",
                 params![body, a.enqueued_at, id],
