@@ -592,3 +592,34 @@ async fn a_cancel_does_not_wait_behind_a_failing_submission_of_its_account(b: Ba
     let p = t.settled(&id(&poison, "action_id")).await;
     assert_eq!(p["status"], "failed", "{:?}", p.body);
 }
+
+both!(a_slow_message_group_does_not_hold_the_others);
+async fn a_slow_message_group_does_not_hold_the_others(b: Backend) {
+    // The first order's handling takes 6 s (failpoint `worker.slow`). Orders of another
+    // account and contract, executed after it, are received and settled meanwhile: the
+    // consumer does not wait for a batch's slowest group before receiving again.
+    let s = Server::with_workers(b, &[("AIRLOCK_FAILPOINTS", "worker.slow")]);
+    let t = s.trader();
+    let slow = submit(&t, market("ACC-1", "CLF27", "buy", 1), "sl-slow", "slow").await;
+    let slow_action = id(&slow, "action_id");
+    for i in 0..3 {
+        let side = if i % 2 == 0 { "buy" } else { "sell" };
+        let e = submit(
+            &t,
+            market("ACC-2", "CLG27", side, 1),
+            &format!("sl-{i}"),
+            &format!("call-sl-{i}"),
+        )
+        .await;
+        let a = t.settled(&id(&e, "action_id")).await;
+        assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+        let held = t.get(&format!("/actions/{slow_action}")).await;
+        assert_eq!(
+            held["status"], "processing",
+            "order {i} of the other group settled only after the slow one: {:?}",
+            held.body
+        );
+    }
+    let a = t.settled(&slow_action).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+}

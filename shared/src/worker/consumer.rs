@@ -1,5 +1,6 @@
 //! The in-process consumer `airlock serve` runs for each queue: receive a batch, handle its
-//! messages (one group's in order, different groups at the same time), delete each when
+//! messages (one group's in order, different groups at the same time, receiving again for
+//! other groups while a group is still being handled), delete each when
 //! handled (a refused message too: it is not the stored action's), release it for a later
 //! retry when not (after the queue's maximum receives it goes to the dead-letter queue, and
 //! the last attempt settles its action). Lambdas get their batches from SQS instead (`functions/worker-*`).
@@ -130,45 +131,85 @@ pub async fn run(st: Consumer, queue: QueueTarget, opts: ConsumerOptions) {
     }
 }
 
-/// The worker loop of one queue: receive a batch, handle it, forever.
+/// The most message groups one consumer handles at once.
+pub const MAX_CHAINS: usize = 16;
+
+/// The worker loop of one queue, forever: receive, and handle each message group's chain in
+/// a task of its own, receiving again as soon as there is room, without waiting for the
+/// batch's slowest group. The queue hands out nothing of a group that has a message in
+/// flight (SQS FIFO does the same), so a group's next messages come only after its chain
+/// has settled the ones before them, and two chains of one group never run at once.
 async fn consume(st: Consumer, queue: QueueTarget, opts: ConsumerOptions) {
     let sent = st.queue.send_signal(queue);
+    let mut running = tokio::task::JoinSet::new();
     loop {
-        match st.queue.receive(queue, 10, opts.visibility_ms).await {
-            Ok(batch) if batch.is_empty() => match &sent {
-                Some(sent) => {
-                    let poll = Duration::from_millis(opts.poll_ms);
-                    let _ = tokio::time::timeout(poll, sent.notified()).await;
+        while let Some(ended) = running.try_join_next() {
+            log_chain_end(queue, ended);
+        }
+        let mut received = false;
+        if running.len() < MAX_CHAINS {
+            match st.queue.receive(queue, 10, opts.visibility_ms).await {
+                Ok(batch) => {
+                    received = !batch.is_empty();
+                    // One chain per message group, in the batch's order.
+                    for chain in in_group_order(batch) {
+                        running.spawn(run_chain(st.clone(), queue, chain, opts));
+                    }
                 }
-                None => tokio::time::sleep(Duration::from_millis(opts.idle_ms)).await,
-            },
-            Ok(batch) => {
-                // One chain per message group, in the batch's order; chains run at once.
-                let chains = in_group_order(batch);
-                let st = &st;
-                futures_util::future::join_all(chains.iter().map(|chain| async move {
-                    let mut rest = chain.iter();
-                    for d in rest.by_ref() {
-                        if !settle(st, queue, d, opts).await {
-                            break;
-                        }
-                    }
-                    // A message of the group failed: its later ones wait for it (unhandled,
-                    // visible again at once; the failed one comes first when it is due).
-                    for d in rest {
-                        st.worker.skipped(&d.body, d.receive_count).await;
-                        if let Err(e) = st.queue.release(queue, &d.receipt, 0).await {
-                            tracing::error!(error = %e, "could not release a message");
-                        }
-                    }
-                }))
-                .await;
-            }
-            Err(e) => {
-                tracing::error!(queue = %queue, error = %e, "receive failed");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                Err(e) => {
+                    tracing::error!(queue = %queue, error = %e, "receive failed");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
             }
         }
+        if received && running.len() < MAX_CHAINS {
+            // More may be waiting in other groups.
+            continue;
+        }
+        // Nothing to receive now, or no room: wait for a chain to end (its group may have
+        // more), for a send, or for the poll interval.
+        let pause = match &sent {
+            Some(_) => Duration::from_millis(opts.poll_ms),
+            None => Duration::from_millis(opts.idle_ms),
+        };
+        let news = async {
+            match &sent {
+                Some(sent) => sent.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(ended) = running.join_next() => log_chain_end(queue, ended),
+            _ = news, if running.len() < MAX_CHAINS => {}
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// Handles one group's messages in order; after a failure the rest wait for it.
+async fn run_chain(st: Consumer, queue: QueueTarget, chain: Vec<Delivery>, opts: ConsumerOptions) {
+    let mut rest = chain.iter();
+    for d in rest.by_ref() {
+        if !settle(&st, queue, d, opts).await {
+            break;
+        }
+    }
+    // A message of the group failed: its later ones wait for it (unhandled, visible again
+    // at once; the failed one comes first when it is due).
+    for d in rest {
+        st.worker.skipped(&d.body, d.receive_count).await;
+        if let Err(e) = st.queue.release(queue, &d.receipt, 0).await {
+            tracing::error!(error = %e, "could not release a message");
+        }
+    }
+}
+
+/// A chain's task cannot fail (handling catches panics); should it, its messages are
+/// retried when their visibility runs out.
+fn log_chain_end(queue: QueueTarget, ended: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = ended {
+        tracing::error!(queue = %queue, error = %e, "a message group's chain ended abnormally");
     }
 }
 

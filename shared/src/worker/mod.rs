@@ -276,6 +276,10 @@ async fn process(st: &Worker, body: &str) -> Result<Outcome, ApiError> {
             now,
         )
         .await?;
+    if crate::failpoint::hit("worker.slow") && msg.trace.tool_call_id.as_deref() == Some("slow") {
+        // Test-only: a message whose handling takes 6 s (a slow broker, say).
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    }
     let outcome = match msg.action_type {
         ActionType::OrderSubmitCl => submit(st, msg).await?,
         ActionType::OrderCancel => cancel(st, msg).await?,
