@@ -6,12 +6,34 @@ TransactWriteItems are therefore not isolated from each other (a rollback can un
 transaction's writes, and a half-applied transaction is visible), while real DynamoDB's are
 serializable. Serving requests one at a time restores the isolation Airlock's tests rely on
 (the concurrency storms of the execute path). Same options as moto_server: -H HOST -p PORT.
+
+Each full garbage collection (Python's generation 2) is logged with how long it held the
+server: `moto-gc: generation 2 collection took 412.3 ms`. moto's tables are many small
+Python objects, so these pauses grow with the tables; `lambda-bench --execute-aws` counts
+them to tell the emulator's pauses from the client's (BENCHMARKS.md).
 """
 
 import argparse
+import gc
 import os
 import signal
 import sys
+import time
+
+
+def log_full_collections() -> None:
+    started = [0.0]
+
+    def callback(phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            took = (time.perf_counter() - started[0]) * 1000
+            print(f"moto-gc: generation 2 collection took {took:.1f} ms", file=sys.stderr, flush=True)
+
+    gc.callbacks.append(callback)
 
 from werkzeug.serving import run_simple
 
@@ -29,6 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("MOTO_PORT", str(args.port))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    log_full_collections()
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,

@@ -70,7 +70,16 @@
 //! and the function's CPU per invocation rises with it while its context switches do not:
 //! presumably moto's work between the function's steps evicts its caches), the statuses, and
 //! the AWS calls of one warm invocation (from a separate probe process with
-//! `AIRLOCK_AWS_CALL_LOG`, which costs CPU, so not the measured one). `--function-env K=V`
+//! `AIRLOCK_AWS_CALL_LOG`, which costs CPU, so not the measured one), and the slow
+//! invocations (round trip over twice the median: how many, how far apart, and the
+//! handler's own time in each) next to moto's full garbage collections in the same window
+//! (`scripts/moto_serial.py` logs each with its duration).
+//!
+//! moto's server closes every connection after one answer, where AWS keeps them alive and
+//! the SDK reuses them; so the measured function reaches moto through
+//! `airlock_tests::keep_alive`, a proxy that keeps the function's connections alive, as
+//! AWS would. `--direct` measures it on moto's own connections instead (a TCP connection
+//! per AWS call, about 0.3 to 0.5 ms more CPU per invocation). `--function-env K=V`
 //! (repeatable) adds to or overrides the measured function's environment, e.g.
 //! `--function-env RUST_LOG=warn --function-env AIRLOCK_METRICS=off` to see what logging and
 //! metrics cost.
@@ -89,6 +98,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use airlock_tests::idp::{Idp, Key};
+use airlock_tests::keep_alive::KeepAliveProxy;
 use airlock_tests::lambda::{
     apigw_rest_event, response_parts, FunctionProcess, LambdaEmulator, IGNORE_STAGE_ENV,
 };
@@ -123,6 +133,9 @@ struct Opts {
     invocations: usize,
     action: String,
     no_public_key: bool,
+    /// `--direct`: the measured function talks to moto directly, a new connection per
+    /// call, instead of through the keep-alive proxy.
+    direct: bool,
     /// `--function-env K=V`: more environment for the measured function (last wins).
     function_env: Vec<(String, String)>,
 }
@@ -131,7 +144,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: lambda-bench [--runs N] [--burst N] [--callers N] [--functions a,b] \
          [--bin-dir DIR] [--cli PATH]\n       lambda-bench --execute-aws [--invocations N] \
-         [--action order.submit.cl|positions.sync] [--no-public-key] [--function-env K=V]... \
+         [--action order.submit.cl|positions.sync] [--no-public-key] [--direct] [--function-env K=V]... \
          [--bin-dir DIR] [--cli PATH]"
     );
     std::process::exit(2)
@@ -150,6 +163,7 @@ fn parse_opts() -> Opts {
         invocations: 300,
         action: "order.submit.cl".into(),
         no_public_key: false,
+        direct: false,
         function_env: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
@@ -166,6 +180,7 @@ fn parse_opts() -> Opts {
             "--invocations" => o.invocations = val().parse().unwrap_or_else(|_| usage()),
             "--action" => o.action = val(),
             "--no-public-key" => o.no_public_key = true,
+            "--direct" => o.direct = true,
             "--function-env" => {
                 let kv = val();
                 let (k, v) = kv.split_once('=').unwrap_or_else(|| usage());
@@ -882,6 +897,66 @@ fn stop_serve(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
+/// The handler's own latency (`latency_ms` of the request log line, time inside the
+/// function, its AWS calls included) of the last `n` requests in a function's log.
+fn handler_latencies(log: &str, n: usize) -> Vec<f64> {
+    let all: Vec<f64> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "request")
+        .filter_map(|v| v["fields"]["latency_ms"].as_f64())
+        .collect();
+    all[all.len().saturating_sub(n)..].to_vec()
+}
+
+/// The slow invocations (over twice the median round trip): how many, how far apart, and
+/// how much of each the handler spent (the rest is the emulator's and the runtime's).
+fn print_slow(lat: &[Duration], handler: &[f64]) {
+    let mut sorted = lat.to_vec();
+    sorted.sort();
+    let p50 = pct(&sorted, 0.5);
+    let slow: Vec<usize> = (0..lat.len()).filter(|&i| lat[i] > p50 * 2).collect();
+    let gaps: Vec<usize> = slow.windows(2).map(|w| w[1] - w[0]).collect();
+    let shown: Vec<String> = slow
+        .iter()
+        .take(12)
+        .map(|&i| {
+            let h = handler.get(i).map_or("?".into(), |h| format!("{h:.0}"));
+            format!("#{i}: {:.0} ms (handler {h} ms)", ms(lat[i]))
+        })
+        .collect();
+    let median_handler = {
+        let mut h = handler.to_vec();
+        h.sort_by(f64::total_cmp);
+        h.get(h.len() / 2).copied().unwrap_or(0.0)
+    };
+    println!(
+        "slow invocations (round trip > 2 x p50 = {:.0} ms): {} of {}; gaps between them: {:?}; \
+         handler's median {median_handler:.1} ms; first ones: {}",
+        ms(p50 * 2),
+        slow.len(),
+        lat.len(),
+        gaps,
+        shown.join(", ")
+    );
+}
+
+/// moto's full garbage collections in a part of its log (`scripts/moto_serial.py` logs
+/// each with its duration): a request that arrives during one waits for it.
+fn print_moto_pauses(log: &str) {
+    let pauses: Vec<f64> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("moto-gc: generation 2 collection took "))
+        .filter_map(|r| r.trim_end_matches(" ms").parse().ok())
+        .collect();
+    println!(
+        "moto's full garbage collections during the run: {}, {:.0} ms in all: {:?} ms",
+        pauses.len(),
+        pauses.iter().sum::<f64>(),
+        pauses.iter().map(|p| p.round() as u64).collect::<Vec<_>>()
+    );
+}
+
 /// The AWS stack of `--execute-aws`: moto bootstrapped with demo data and the token
 /// policy, and an identity provider whose tokens both `serve` and the function accept.
 struct AwsStack {
@@ -1132,6 +1207,12 @@ fn execute_aws(o: &Opts) {
         .collect();
     let (probe, events) = events.split_at(2);
     let mut env = stack.function_env(!o.no_public_key);
+    // Through the keep-alive proxy, the function reuses its connections as on AWS.
+    let proxy = KeepAliveProxy::start(([127, 0, 0, 1], stack.moto.port).into());
+    if !o.direct {
+        env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+        env.push(("AWS_ENDPOINT_URL".into(), proxy.endpoint.clone()));
+    }
     env.extend(o.function_env.iter().cloned());
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let emu = LambdaEmulator::start();
@@ -1180,6 +1261,7 @@ fn execute_aws(o: &Opts) {
     let moto_pid = stack.moto.pid().expect("moto runs");
     let (cpu_before, moto_before) = (cpu_time(pid), cpu_time(moto_pid));
     let switches_before = context_switches(pid);
+    let moto_log_before = stack.moto.log_text().len();
     let mut lat = Vec::with_capacity(n);
     let mut seen = BTreeMap::new();
     // CPU and latency by fifth of the run too: moto slows down as its tables grow.
@@ -1210,7 +1292,10 @@ fn execute_aws(o: &Opts) {
     let c = cpu_time(pid);
     std::thread::sleep(Duration::from_secs(2));
     let idle = cpu_time(pid) - c;
+    let handler = handler_latencies(&f.log(), n);
     drop(f);
+    print_slow(&lat, &handler);
+    print_moto_pauses(&stack.moto.log_text()[moto_log_before..]);
     lat.sort();
 
     let per = cpu / n as u32;
@@ -1221,6 +1306,14 @@ fn execute_aws(o: &Opts) {
     if !o.function_env.is_empty() {
         println!("function environment added: {:?}", o.function_env);
     }
+    println!(
+        "the function's connections to moto: {}",
+        if o.direct {
+            "direct (--direct: a new TCP connection per AWS call, as moto closes each)"
+        } else {
+            "kept alive through the keep-alive proxy, as on AWS"
+        }
+    );
     let path = if seen.keys().all(|s| s == "202") {
         format!("accepting: {}", calls.join(" + "))
     } else {
