@@ -372,7 +372,9 @@ fn the_cli_ends_quietly_when_its_reader_stops_early() {
         .expect("airlock openapi");
     let mut first = [0u8; 16];
     let mut stdout = child.stdout.take().expect("stdout");
-    stdout.read_exact(&mut first).expect("the document's first bytes");
+    stdout
+        .read_exact(&mut first)
+        .expect("the document's first bytes");
     drop(stdout);
     let out = child.wait_with_output().expect("airlock exits");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -381,5 +383,9 @@ fn the_cli_ends_quietly_when_its_reader_stops_early() {
         "status {}, stderr: {stderr}",
         out.status
     );
-    assert!(first.starts_with(b"{"), "{:?}", String::from_utf8_lossy(&first));
+    assert!(
+        first.starts_with(b"{"),
+        "{:?}",
+        String::from_utf8_lossy(&first)
+    );
 }

@@ -353,7 +353,10 @@ pub async fn queues(cfg: Config, backend: Backend) -> Result<(), String> {
     for d in state.ports.queue.depth().await.map_err(|e| e.to_string())? {
         outln!(
             "{} waiting={} in_flight={} dead_letters={}",
-            d.queue, d.waiting, d.in_flight, d.dead_letters
+            d.queue,
+            d.waiting,
+            d.in_flight,
+            d.dead_letters
         );
     }
     Ok(())

@@ -215,11 +215,9 @@ impl ExecuteLedger for Sqlite {
         });
         // The outbox: the action's message, queued by this same transaction.
         let outbox = match (&commit.enqueue_group, &commit.action) {
-            (Some(group), Some(a)) => Some((
-                a.queue_target,
-                group.clone(),
-                packed_json(&a.message)?,
-            )),
+            (Some(group), Some(a)) => {
+                Some((a.queue_target, group.clone(), packed_json(&a.message)?))
+            }
             _ => None,
         };
         let queued = outbox.as_ref().map(|(target, ..)| *target);
