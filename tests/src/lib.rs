@@ -9,7 +9,6 @@ pub mod browser;
 pub mod contract;
 pub mod faults;
 pub mod idp;
-pub mod keep_alive;
 pub mod lambda;
 pub mod moto;
 pub mod passkey;

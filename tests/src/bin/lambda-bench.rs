@@ -77,8 +77,8 @@
 //!
 //! moto's server closes every connection after one answer, where AWS keeps them alive and
 //! the SDK reuses them; so the measured function reaches moto through
-//! `airlock_tests::keep_alive`, a proxy that keeps the function's connections alive, as
-//! AWS would. `--direct` measures it on moto's own connections instead (a TCP connection
+//! `airlock_tests::faults::FaultProxy` with no rule, which keeps the function's connections
+//! alive, as AWS would. `--direct` measures it on moto's own connections instead (a TCP connection
 //! per AWS call, about 0.3 to 0.5 ms more CPU per invocation). `--function-env K=V`
 //! (repeatable) adds to or overrides the measured function's environment, e.g.
 //! `--function-env RUST_LOG=warn --function-env AIRLOCK_METRICS=off` to see what logging and
@@ -97,8 +97,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use airlock_tests::faults::FaultProxy;
 use airlock_tests::idp::{Idp, Key};
-use airlock_tests::keep_alive::KeepAliveProxy;
 use airlock_tests::lambda::{
     apigw_rest_event, response_parts, FunctionProcess, LambdaEmulator, IGNORE_STAGE_ENV,
 };
@@ -1208,7 +1208,8 @@ fn execute_aws(o: &Opts) {
     let (probe, events) = events.split_at(2);
     let mut env = stack.function_env(!o.no_public_key);
     // Through the keep-alive proxy, the function reuses its connections as on AWS.
-    let proxy = KeepAliveProxy::start(([127, 0, 0, 1], stack.moto.port).into());
+    // (The fault proxy with no rule: it keeps its clients' connections alive.)
+    let proxy = FaultProxy::start(&stack.moto.endpoint);
     if !o.direct {
         env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
         env.push(("AWS_ENDPOINT_URL".into(), proxy.endpoint.clone()));
