@@ -380,12 +380,19 @@ impl Server {
 
     /// The request log lines `airlock serve` wrote (JSON), oldest first.
     pub fn request_log(&self) -> Vec<Value> {
+        self.log_lines()
+            .into_iter()
+            .filter(|v| v["fields"]["message"] == "request")
+            .map(|v| v["fields"].clone())
+            .collect()
+    }
+
+    /// Every JSON log line `airlock serve` wrote (`level`, `fields`, `spans`), oldest first.
+    pub fn log_lines(&self) -> Vec<Value> {
         std::fs::read_to_string(self.state_dir.join("serve.log"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["fields"]["message"] == "request")
-            .map(|v| v["fields"].clone())
             .collect()
     }
 

@@ -656,6 +656,16 @@ async fn a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing(b: Bac
     assert_eq!(refused.retry_after.as_deref(), Some("1"));
     assert_eq!(refused["status"], "rejected");
     assert_eq!(s.queued_messages(), 2, "nothing queued");
+    // Load shed on purpose: logged as a warning, never as an error that pages someone.
+    let logged: Vec<_> = s
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["fields"]["code"] == "orders_backlogged")
+        .collect();
+    assert!(
+        !logged.is_empty() && logged.iter().all(|l| l["level"] == "WARN"),
+        "{logged:?}"
+    );
     let plan_id = p["plan_id"].as_str().unwrap();
     let trail = s.audit(plan_id);
     assert!(trail.iter().all(|a| a["decision"] != "queued"), "{trail:?}");

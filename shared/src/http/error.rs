@@ -76,16 +76,19 @@ pub fn error_body(e: &ApiError) -> ErrorBody<'_> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status_of(self.code);
-        if status.is_server_error() {
+        // A 5xx is a failure, logged as an error, except the orders backlog: load shed on
+        // purpose (the caller retries after `Retry-After`), which must not page anyone.
+        let shed = self.code == Code::OrdersBacklogged;
+        if status.is_server_error() && !shed {
             tracing::error!(
                 code = self.code.as_str(),
                 cause = self.cause.as_deref().unwrap_or(""),
                 "request failed"
             );
-        } else if let Some(c) = &self.cause {
+        } else if shed || self.cause.is_some() {
             tracing::warn!(
                 code = self.code.as_str(),
-                cause = c.as_str(),
+                cause = self.cause.as_deref().unwrap_or(""),
                 "request refused"
             );
         }
