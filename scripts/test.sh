@@ -30,7 +30,10 @@ echo "== clippy (every target, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== build the test binary (failpoints compiled in)"
-cargo build -p airlock-local --features failpoints
+# --workspace resolves the dependencies' features for the whole workspace, as the next build
+# does, so the two builds share every dependency and differ only in airlock-shared and the
+# airlock binary (building -p airlock-local alone compiled some 40 dependencies twice).
+cargo build --workspace --bin airlock --features airlock-local/failpoints
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 cp "$target_dir/debug/airlock" "$target_dir/debug/airlock-failpoints"
 
