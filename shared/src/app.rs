@@ -140,6 +140,7 @@ impl AppState {
             backlog: crate::protocol::execute::Backlog::new(
                 config.orders_backlog_limit,
                 config.orders_backlog_cache_ms,
+                config.orders_backlog_wait_ms,
             ),
             // A configured public key: no signer call at all (no KMS `GetPublicKey` at cold
             // start); else the signer's, fetched once.

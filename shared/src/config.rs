@@ -57,12 +57,16 @@ pub struct Config {
     pub execute_lease_ms: i64,
     /// Per-operator decided executes per rolling minute.
     pub execute_rate_per_minute: u32,
-    /// Execute refuses an order submission (503 `orders_backlogged`) while the orders
-    /// queue holds this many messages or more, waiting or being handled; 0 turns it off.
+    /// Execute holds an order submission for room, then refuses it (503
+    /// `orders_backlogged`), while the orders queue holds this many messages or more,
+    /// waiting or being handled; 0 turns it off.
     pub orders_backlog_limit: u32,
     /// How long execute reuses the orders queue's count before asking again (0: every
     /// submission asks; the template sets 1,000 on AWS, where asking is an SQS call).
     pub orders_backlog_cache_ms: u64,
+    /// How long execute holds an order submission that meets a full backlog, waiting for
+    /// room, before it refuses it (0: refuse at once; the template sets 0 on AWS).
+    pub orders_backlog_wait_ms: u64,
     /// An action claimed but not sent for this long is resent by the sweeper.
     pub sweep_after_ms: i64,
     /// How often `airlock serve` runs the sweeper.
@@ -89,9 +93,16 @@ pub const DEFAULT_SERVICE_AUDIENCE: &str = "airlock-api";
 pub const DEFAULT_OPERATOR_ISSUER: &str = "airlock-local-dev-operators";
 pub const DEFAULT_OPERATOR_AUDIENCE: &str = "airlock-operators";
 pub const DEFAULT_CONFIRMATION_AUDIENCE: &str = "airlock-execute";
-/// Orders waiting or being handled beyond which execute refuses new submissions: about
-/// half a second of the embedded workers' drain (BENCHMARKS.md).
-pub const DEFAULT_ORDERS_BACKLOG_LIMIT: u32 = 500;
+/// Orders waiting or being handled beyond which execute holds new submissions (for
+/// [`DEFAULT_ORDERS_BACKLOG_WAIT_MS`], then refuses them): about 10 ms of the embedded
+/// workers' drain, so an accepted order is handled within tens of milliseconds even under
+/// a closed loop of clients (BENCHMARKS.md). The template sets 500 for the Lambdas,
+/// which refuse at once.
+pub const DEFAULT_ORDERS_BACKLOG_LIMIT: u32 = 16;
+/// How long execute holds an order submission for room in a full backlog before refusing
+/// it: the workers pace a burst instead of the callers' retries, and only workers that
+/// make no room for this long (stalled, or a broker outage) cause refusals.
+pub const DEFAULT_ORDERS_BACKLOG_WAIT_MS: u64 = 2_000;
 
 impl Config {
     /// The approval page's origin: configured, else `http://localhost:3000`.
@@ -131,6 +142,7 @@ impl Default for Config {
             execute_rate_per_minute: 20,
             orders_backlog_limit: DEFAULT_ORDERS_BACKLOG_LIMIT,
             orders_backlog_cache_ms: 0,
+            orders_backlog_wait_ms: DEFAULT_ORDERS_BACKLOG_WAIT_MS,
             sweep_after_ms: 60_000,
             sweep_interval_ms: 5_000,
             worker_retry_ms: 2_000,
@@ -448,6 +460,12 @@ impl Config {
                 1_000_000,
             )?,
             orders_backlog_cache_ms: number("AIRLOCK_ORDERS_BACKLOG_CACHE_MS", 0, 0, 60_000)?,
+            orders_backlog_wait_ms: number(
+                "AIRLOCK_ORDERS_BACKLOG_WAIT_MS",
+                DEFAULT_ORDERS_BACKLOG_WAIT_MS,
+                0,
+                10_000,
+            )?,
             sweep_after_ms: number("AIRLOCK_SWEEP_AFTER_MS", 60_000, 1_000, 3_600_000)?,
             sweep_interval_ms: number("AIRLOCK_SWEEP_INTERVAL_MS", 5_000, 100, 600_000)?,
             worker_retry_ms: number("AIRLOCK_WORKER_RETRY_MS", 2_000, 10, 600_000)?,

@@ -349,6 +349,11 @@ pub trait Queue: Send + Sync {
     /// The messages of one queue waiting or received but not yet deleted: execute's
     /// admission check. On SQS an approximate count (one `GetQueueAttributes`).
     async fn backlog(&self, queue: crate::domain::QueueTarget) -> StoreResult<u64>;
+    /// How often an execute held for room in the backlog may count it again: a local
+    /// count is a small read, an SQS count a call (and approximate anyway).
+    fn backlog_poll(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(2)
+    }
     /// Up to `max` messages, hidden from other consumers for `visibility_ms`. On the FIFO
     /// orders queue, a group's (account's) messages arrive in order, and none of a group
     /// arrives while an earlier one of it is in flight; one batch may hold several of one

@@ -631,12 +631,19 @@ async fn embedded_bodies_are_stored_packed_and_text_bodies_from_before_still_rea
 }
 
 both!(a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing);
-/// Execute's admission check: while the orders queue holds the limit, a new order is
-/// refused with 503 `orders_backlogged` and `Retry-After`, and nothing is written (the plan
-/// stays open, the key undecided). A replay of an accepted execute and a sync still go
-/// through. Once the workers have drained the queue, the same key queues the order.
+/// Execute's admission check: while the orders queue holds the limit, a new order is held
+/// for `AIRLOCK_ORDERS_BACKLOG_WAIT_MS`, then refused with 503 `orders_backlogged` and
+/// `Retry-After`, and nothing is written (the plan stays open, the key undecided). A replay
+/// of an accepted execute and a sync still go through at once. Once the workers have
+/// drained the queue, the same key queues the order.
 async fn a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing(b: Backend) {
-    let s = start(b, &[("AIRLOCK_ORDERS_BACKLOG_LIMIT", "2")]);
+    let s = start(
+        b,
+        &[
+            ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "2"),
+            ("AIRLOCK_ORDERS_BACKLOG_WAIT_MS", "300"),
+        ],
+    );
     let t = s.trader();
     let mut accepted = Vec::new();
     for key in ["backlog-1", "backlog-2"] {
@@ -646,12 +653,18 @@ async fn a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing(b: Bac
         accepted.push((p, r["action_id"].as_str().unwrap().to_string()));
     }
     let p = executable_plan(&t).await;
+    let started = std::time::Instant::now();
     let refused = t.execute(&p, "backlog-3").await;
     assert_eq!(
         (refused.status, refused.code()),
         (503, "orders_backlogged"),
         "{:?}",
         refused.body
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "refused after {:?}, before its hold for room ended",
+        started.elapsed()
     );
     assert_eq!(refused.retry_after.as_deref(), Some("1"));
     assert_eq!(refused["status"], "rejected");

@@ -282,6 +282,7 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1"),
         // One order waiting (the workers are off) backlogs the orders queue.
         ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "1"),
+        ("AIRLOCK_ORDERS_BACKLOG_WAIT_MS", "0"),
     ]);
     let t = s.trader();
     let anon = t.with_tokens("", "");

@@ -623,3 +623,48 @@ async fn a_slow_message_group_does_not_hold_the_others(b: Backend) {
     let a = t.settled(&slow_action).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
 }
+
+both!(an_order_held_for_room_in_the_backlog_is_accepted_once_the_workers_make_it);
+async fn an_order_held_for_room_in_the_backlog_is_accepted_once_the_workers_make_it(b: Backend) {
+    // Backlog limit 1: the first order, 6 s at the worker (failpoint `worker.slow`), fills
+    // it. The next execute is held, not refused, and is accepted once the workers have made
+    // room: one request, no retry by the caller, and no rejection in its plan's trail.
+    let s = Server::with_workers(
+        b,
+        &[
+            ("AIRLOCK_FAILPOINTS", "worker.slow"),
+            ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "1"),
+            ("AIRLOCK_ORDERS_BACKLOG_WAIT_MS", "10000"),
+            // Longer than the slow handling: no redelivery while it runs.
+            ("AIRLOCK_WORKER_VISIBILITY_MS", "30000"),
+        ],
+    );
+    let t = s.trader();
+    let slow = submit(&t, market("ACC-1", "CLF27", "buy", 1), "hold-slow", "slow").await;
+    let slow_action = id(&slow, "action_id");
+    let p = plan(
+        &t,
+        "order.submit.cl",
+        market("ACC-2", "CLG27", "buy", 1),
+        "call-held",
+    )
+    .await;
+    let started = Instant::now();
+    let held = t.execute(&p, "hold-next").await;
+    let waited = started.elapsed();
+    assert_eq!(held.status, 202, "{:?}", held.body);
+    assert!(
+        waited >= Duration::from_secs(2),
+        "accepted after {waited:?}, while the slow order still filled the backlog"
+    );
+    // It was admitted only once the slow order had left the queue.
+    let first = t.get(&format!("/actions/{slow_action}")).await;
+    assert_eq!(first["status"], "succeeded", "{:?}", first.body);
+    let a = t.settled(&id(&held, "action_id")).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    let trail = s.audit(p["plan_id"].as_str().unwrap());
+    assert!(
+        trail.iter().all(|e| e["decision"] != "rejected"),
+        "held, never refused: {trail:?}"
+    );
+}

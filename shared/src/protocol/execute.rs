@@ -137,6 +137,11 @@ struct Ctx<'a> {
     unsure: Mutex<Option<ApiError>>,
     /// The plan's action type once a read found the plan (the metrics' label).
     action_type: Mutex<Option<ActionType>>,
+    /// When this request's hold for room in the orders backlog ends (set when it first
+    /// meets a full backlog).
+    backlog_until: Mutex<Option<tokio::time::Instant>>,
+    /// The last round ended in that hold.
+    waited: std::sync::atomic::AtomicBool,
 }
 
 /// One commit attempt of this request.
@@ -147,6 +152,16 @@ struct Mine {
 }
 
 impl Ctx<'_> {
+    /// The end of this request's hold for room in the orders backlog: `wait` after it first
+    /// met a full backlog.
+    fn backlog_wait_until(&self, wait: std::time::Duration) -> tokio::time::Instant {
+        *self
+            .backlog_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(|| tokio::time::Instant::now() + wait)
+    }
+
     fn principal(&self) -> &str {
         &self.scope
     }
@@ -287,35 +302,36 @@ pub struct Executor {
     pub backlog: Backlog,
 }
 
-/// Execute's admission check for order submissions: refused (503 `orders_backlogged`,
-/// `Retry-After: 1`) while the orders queue holds `limit` messages or more, waiting or
-/// being handled, so an accepted order reaches the broker moments after its confirmation
-/// and a stalled or outrun pipeline does not pile up orders to send late. Cancels and syncs
-/// are never refused (they reduce risk). The count is reused for `cache_ms` (each ask is an
-/// SQS call on AWS).
+/// Execute's admission check for order submissions: while the orders queue holds `limit`
+/// messages or more, waiting or being handled, a submission is held for up to `wait_ms`
+/// for room (the workers pace a burst), then refused (503 `orders_backlogged`,
+/// `Retry-After: 1`), so an accepted order reaches the broker moments after its
+/// confirmation and a stalled or outrun pipeline does not pile up orders to send late.
+/// Cancels and syncs are never held or refused (they reduce risk). The count is reused for
+/// `cache_ms` (each ask is an SQS call on AWS).
 #[derive(Clone)]
 pub struct Backlog {
     limit: u32,
     cache_ms: Millis,
+    wait: std::time::Duration,
     /// The last count and when it was read.
     seen: Arc<Mutex<Option<(Millis, u64)>>>,
 }
 
 impl Backlog {
-    pub fn new(limit: u32, cache_ms: u64) -> Self {
+    pub fn new(limit: u32, cache_ms: u64, wait_ms: u64) -> Self {
         Backlog {
             limit,
             cache_ms: cache_ms.min(i64::MAX as u64) as Millis,
+            wait: std::time::Duration::from_millis(wait_ms),
             seen: Arc::default(),
         }
     }
 
-    async fn refusal(&self, queue: &dyn Queue, now: Millis) -> Option<ApiError> {
-        if self.limit == 0 {
-            return None;
-        }
+    /// The orders queue's count (the cached one while it is fresh).
+    async fn count(&self, queue: &dyn Queue, now: Millis) -> u64 {
         let cached = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = match cached {
+        match cached {
             Some((at, n)) if (at..at + self.cache_ms).contains(&now) => n,
             _ => {
                 // The count is a brake on delay, not a risk control (those hold in the
@@ -331,8 +347,20 @@ impl Backlog {
                 *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, n));
                 n
             }
-        };
-        (n >= u64::from(self.limit)).then(|| {
+        }
+    }
+
+    fn full(&self, n: u64) -> bool {
+        self.limit != 0 && n >= u64::from(self.limit)
+    }
+
+    /// `None`: admit. `Some`: the refusal, unless the caller waits for room.
+    async fn refusal(&self, queue: &dyn Queue, now: Millis) -> Option<ApiError> {
+        if self.limit == 0 {
+            return None;
+        }
+        let n = self.count(queue, now).await;
+        self.full(n).then(|| {
             ApiError::new(
                 Code::OrdersBacklogged,
                 format!(
@@ -342,6 +370,28 @@ impl Backlog {
             )
             .retry_after(1)
         })
+    }
+
+    /// Waits until the backlog is below its limit (`true`) or `until` passes (`false`),
+    /// counting as often as the queue allows ([`Queue::backlog_poll`]) and the cache
+    /// makes worth it; `clock` dates the counts for the cache.
+    async fn room_by(
+        &self,
+        queue: &dyn Queue,
+        clock: &SharedClock,
+        until: tokio::time::Instant,
+    ) -> bool {
+        let every = queue
+            .backlog_poll()
+            .max(std::time::Duration::from_millis(self.cache_ms.max(0) as u64));
+        while tokio::time::Instant::now() < until {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            tokio::time::sleep(every.min(left)).await;
+            if !self.full(self.count(queue, clock.now_ms()).await) {
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -416,6 +466,8 @@ async fn execute(
         mine: Mutex::new(Vec::new()),
         unsure: Mutex::new(None),
         action_type: Mutex::new(None),
+        backlog_until: Mutex::new(None),
+        waited: std::sync::atomic::AtomicBool::new(false),
     };
     let result = execute_rounds(&ctx).await;
     let action_type = ctx
@@ -432,9 +484,15 @@ async fn execute_rounds(ctx: &Ctx<'_>) -> Result<ExecuteOutcome, ApiError> {
     if let Err(e) = ctx.caller.check_requested_by(&ctx.req.requested_by) {
         return Err(ctx.reject(e, None).await);
     }
-    for _ in 0..MAX_ROUNDS {
+    let mut rounds = 0;
+    while rounds < MAX_ROUNDS {
         if let Some(done) = round(ctx).await? {
             return Ok(done);
+        }
+        // A round that waited for room in the backlog is not a conflict: its wait is
+        // bounded by the request's own deadline instead.
+        if !ctx.waited.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            rounds += 1;
         }
     }
     Err(ApiError::unavailable(
@@ -639,7 +697,7 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
         reject => reject,
     };
     match verdict {
-        Verdict::Accept { .. } => Ok(None),
+        Verdict::Accept { .. } | Verdict::Again => Ok(None),
         Verdict::Reject { error, close } => {
             let owner = new_id("own", now);
             let commit = ExecuteCommit {
@@ -842,6 +900,8 @@ enum Verdict {
     },
     /// `close`: the plan is closed (kill switch, rollout mode, policy re-check).
     Reject { error: ApiError, close: bool },
+    /// Held for room in the orders backlog, which there is now: read and decide again.
+    Again,
 }
 
 fn reject(error: ApiError, close: bool) -> Result<Verdict, ApiError> {
@@ -986,7 +1046,15 @@ async fn decide(
     // Admission: not a decision either. An order accepted behind a deep queue would reach
     // the broker seconds after the operator confirmed it; refuse it now instead.
     if plan.action_type.is_order_submission() {
-        if let Some(e) = st.backlog.refusal(st.dispatch.queue.as_ref(), now).await {
+        let queue = st.dispatch.queue.as_ref();
+        if let Some(e) = st.backlog.refusal(queue, now).await {
+            // Held for room while this request's wait lasts; then decided afresh (a new
+            // round: the world may have moved while it waited).
+            let until = ctx.backlog_wait_until(st.backlog.wait);
+            if st.backlog.room_by(queue, &st.clock, until).await {
+                ctx.waited.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Verdict::Again);
+            }
             return Err(ctx.reject(e, Some(plan)).await);
         }
     }
@@ -1478,8 +1546,10 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A queue that only counts: `count` messages, or a failure; `asked` counts the asks.
+    /// Each ask after the first finds `drained` fewer (the workers at work).
     struct Counted {
         count: Option<u64>,
+        drained: u64,
         asked: AtomicU64,
     }
 
@@ -1493,8 +1563,9 @@ mod tests {
         }
         async fn backlog(&self, queue: QueueTarget) -> StoreResult<u64> {
             assert_eq!(queue, QueueTarget::Orders);
-            self.asked.fetch_add(1, Ordering::Relaxed);
+            let before = self.asked.fetch_add(1, Ordering::Relaxed);
             self.count
+                .map(|n| n.saturating_sub(before * self.drained))
                 .ok_or_else(|| StoreError::Unavailable("throttled".into()))
         }
         async fn receive(&self, _: QueueTarget, _: u32, _: u64) -> StoreResult<Vec<Delivery>> {
@@ -1517,14 +1588,58 @@ mod tests {
     fn queue(count: Option<u64>) -> Counted {
         Counted {
             count,
+            drained: 0,
             asked: AtomicU64::new(0),
         }
+    }
+
+    fn clock() -> SharedClock {
+        Arc::new(crate::clock::OffsetClock::system())
+    }
+
+    /// A held submission waits for room and is admitted once there is some: the queue was
+    /// asked again until its count fell below the limit.
+    #[tokio::test]
+    async fn a_held_submission_is_admitted_when_the_workers_make_room() {
+        let draining = Counted {
+            drained: 1,
+            ..queue(Some(5))
+        };
+        let gate = Backlog::new(3, 0, 2_000);
+        assert!(gate.refusal(&draining, 0).await.is_some(), "5 is full");
+        let until = tokio::time::Instant::now() + gate.wait;
+        assert!(gate.room_by(&draining, &clock(), until).await);
+        // Asked at 5 (full), 4 (full), 3 (full), 2: room.
+        assert_eq!(draining.asked.load(Ordering::Relaxed), 4);
+    }
+
+    /// A backlog that stays full holds a submission for its whole wait, then refuses it;
+    /// a wait of 0 refuses at once.
+    #[tokio::test]
+    async fn a_backlog_that_stays_full_refuses_after_the_wait() {
+        let full = queue(Some(3));
+        let gate = Backlog::new(3, 0, 50);
+        let started = tokio::time::Instant::now();
+        assert!(!gate.room_by(&full, &clock(), started + gate.wait).await);
+        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+        assert!(
+            full.asked.load(Ordering::Relaxed) >= 2,
+            "asked while it waited"
+        );
+        let at_once = Backlog::new(3, 0, 0);
+        let started = tokio::time::Instant::now();
+        assert!(
+            !at_once
+                .room_by(&full, &clock(), started + at_once.wait)
+                .await
+        );
+        assert!(started.elapsed() < std::time::Duration::from_millis(50));
     }
 
     #[tokio::test]
     async fn the_backlog_refuses_at_its_limit_and_reuses_its_count_for_the_cache_time() {
         let full = queue(Some(3));
-        let gate = Backlog::new(3, 1_000);
+        let gate = Backlog::new(3, 1_000, 0);
         let e = gate
             .refusal(&full, 10_000)
             .await
@@ -1541,17 +1656,17 @@ mod tests {
         assert_eq!(full.asked.load(Ordering::Relaxed), 3);
 
         assert!(
-            Backlog::new(4, 0).refusal(&full, 0).await.is_none(),
+            Backlog::new(4, 0, 0).refusal(&full, 0).await.is_none(),
             "below"
         );
-        let off = Backlog::new(0, 0);
+        let off = Backlog::new(0, 0, 0);
         assert!(off.refusal(&queue(Some(1_000_000)), 0).await.is_none());
     }
 
     #[tokio::test]
     async fn a_count_that_fails_admits() {
         let failing = queue(None);
-        let gate = Backlog::new(1, 0);
+        let gate = Backlog::new(1, 0, 0);
         assert!(gate.refusal(&failing, 0).await.is_none());
         assert_eq!(failing.asked.load(Ordering::Relaxed), 1);
     }

@@ -260,6 +260,11 @@ impl Queue for Aws {
         Ok((waiting + in_flight).max(0) as u64)
     }
 
+    fn backlog_poll(&self) -> std::time::Duration {
+        // A GetQueueAttributes call each time: a few a second per held execute at most.
+        std::time::Duration::from_millis(250)
+    }
+
     async fn depth(&self) -> StoreResult<Vec<QueueDepth>> {
         let mut out = Vec::new();
         for queue in [QueueTarget::Orders, QueueTarget::Jobs] {
