@@ -328,11 +328,11 @@ impl Backlog {
         }
     }
 
-    /// The orders queue's count (the cached one while it is fresh).
-    async fn count(&self, queue: &dyn Queue, now: Millis) -> u64 {
+    /// The orders queue's count: the last one read, if younger than `max_age`.
+    async fn count(&self, queue: &dyn Queue, now: Millis, max_age: Millis) -> u64 {
         let cached = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         match cached {
-            Some((at, n)) if (at..at + self.cache_ms).contains(&now) => n,
+            Some((at, n)) if (at..at + max_age).contains(&now) => n,
             _ => {
                 // The count is a brake on delay, not a risk control (those hold in the
                 // atomic step and at the worker): a count that fails or is throttled
@@ -359,7 +359,7 @@ impl Backlog {
         if self.limit == 0 {
             return None;
         }
-        let n = self.count(queue, now).await;
+        let n = self.count(queue, now, self.cache_ms).await;
         self.full(n).then(|| {
             ApiError::new(
                 Code::OrdersBacklogged,
@@ -373,8 +373,9 @@ impl Backlog {
     }
 
     /// Waits until the backlog is below its limit (`true`) or `until` passes (`false`),
-    /// counting as often as the queue allows ([`Queue::backlog_poll`]) and the cache
-    /// makes worth it; `clock` dates the counts for the cache.
+    /// looking as often as the queue allows ([`Queue::backlog_poll`]) and the cache
+    /// makes worth it. The executes held at the same moment share one count per interval,
+    /// so a crowd of them costs the store no more than one; `clock` dates the counts.
     async fn room_by(
         &self,
         queue: &dyn Queue,
@@ -384,10 +385,11 @@ impl Backlog {
         let every = queue
             .backlog_poll()
             .max(std::time::Duration::from_millis(self.cache_ms.max(0) as u64));
+        let max_age = every.as_millis().min(i64::MAX as u128) as Millis;
         while tokio::time::Instant::now() < until {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             tokio::time::sleep(every.min(left)).await;
-            if !self.full(self.count(queue, clock.now_ms()).await) {
+            if !self.full(self.count(queue, clock.now_ms(), max_age).await) {
                 return true;
             }
         }
@@ -1611,6 +1613,22 @@ mod tests {
         assert!(gate.room_by(&draining, &clock(), until).await);
         // Asked at 5 (full), 4 (full), 3 (full), 2: room.
         assert_eq!(draining.asked.load(Ordering::Relaxed), 4);
+    }
+
+    /// Executes held at the same moment share their counts: fifty of them held for 40 ms
+    /// ask the queue about once per poll interval, not fifty times.
+    #[tokio::test]
+    async fn held_executes_share_one_count_per_interval() {
+        let full = queue(Some(3));
+        let gate = Backlog::new(3, 0, 40);
+        let until = tokio::time::Instant::now() + gate.wait;
+        let (full, gate, clock) = (&full, &gate, clock());
+        let held = (0..50).map(|_| gate.room_by(full, &clock, until));
+        let rooms = futures_util::future::join_all(held).await;
+        assert!(rooms.iter().all(|r| !r), "the backlog stayed full");
+        let asked = full.asked.load(Ordering::Relaxed);
+        // 40 ms at one count per 2 ms is about 20 (timer slack makes it fewer).
+        assert!((1..=40).contains(&asked), "asked {asked} times");
     }
 
     /// A backlog that stays full holds a submission for its whole wait, then refuses it;
