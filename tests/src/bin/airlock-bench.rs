@@ -2216,6 +2216,8 @@ async fn bench_aws_calls(_o: &Opts) -> Vec<Row> {
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", "off"),
+        // It queues more orders than the default limit with the workers off.
+        NO_BACKLOG_LIMIT,
     ];
     let s = Server::start_on(airlock_tests::Backend::Aws, &env_off);
     let service = s.service_token();
