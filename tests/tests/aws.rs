@@ -30,8 +30,8 @@ async fn aws_calls_per_operation() {
         Backend::Aws,
         &[
             ("AIRLOCK_NOW", MARKET_OPEN),
-            // As the template sets it for the Lambda functions: the orders queue's count
-            // (execute's admission check) is read at most once a minute here.
+            // Like the template's cache for the Lambda functions (1 s), longer: the orders
+            // queue's count (execute's admission check) is read at most once a minute here.
             ("AIRLOCK_ORDERS_BACKLOG_CACHE_MS", "60000"),
         ],
     );

@@ -626,15 +626,29 @@ async fn a_slow_message_group_does_not_hold_the_others(b: Backend) {
 
 both!(an_order_held_for_room_in_the_backlog_is_accepted_once_the_workers_make_it);
 async fn an_order_held_for_room_in_the_backlog_is_accepted_once_the_workers_make_it(b: Backend) {
+    held_then_accepted(b, 0).await;
+}
+
+both!(a_held_order_is_accepted_with_a_cached_backlog_count);
+/// As above with the count cached for a second (`AIRLOCK_ORDERS_BACKLOG_CACHE_MS`): the
+/// execute let go from its hold takes a place in the cached count, and must not then be
+/// held again by that same count (it was, until its wait ended, and then refused).
+async fn a_held_order_is_accepted_with_a_cached_backlog_count(b: Backend) {
+    held_then_accepted(b, 1000).await;
+}
+
+async fn held_then_accepted(b: Backend, cache_ms: u64) {
     // Backlog limit 1: the first order, 6 s at the worker (failpoint `worker.slow`), fills
     // it. The next execute is held, not refused, and is accepted once the workers have made
     // room: one request, no retry by the caller, and no rejection in its plan's trail.
+    let cache = cache_ms.to_string();
     let s = Server::with_workers(
         b,
         &[
             ("AIRLOCK_FAILPOINTS", "worker.slow"),
             ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "1"),
             ("AIRLOCK_ORDERS_BACKLOG_WAIT_MS", "10000"),
+            ("AIRLOCK_ORDERS_BACKLOG_CACHE_MS", &cache),
             // Longer than the slow handling: no redelivery while it runs.
             ("AIRLOCK_WORKER_VISIBILITY_MS", "30000"),
         ],
@@ -642,6 +656,8 @@ async fn an_order_held_for_room_in_the_backlog_is_accepted_once_the_workers_make
     let t = s.trader();
     let slow = submit(&t, market("ACC-1", "CLF27", "buy", 1), "hold-slow", "slow").await;
     let slow_action = id(&slow, "action_id");
+    // The count read before the slow order was queued (0) is stale once the cache ends.
+    tokio::time::sleep(Duration::from_millis(cache_ms + 100)).await;
     let p = plan(
         &t,
         "order.submit.cl",

@@ -24,6 +24,7 @@
 //! after an ambiguous failure (a lost reply retried into a failed condition, a timeout)
 //! carries on from it instead of calling itself a concurrent request.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -142,6 +143,10 @@ struct Ctx<'a> {
     backlog_until: Mutex<Option<tokio::time::Instant>>,
     /// The last round ended in that hold.
     waited: std::sync::atomic::AtomicBool,
+    /// The hold ended with a place in the backlog's count ([`Backlog::room_by`]): later
+    /// rounds do not ask the backlog again (a cached count that includes this execute's
+    /// own place would hold it again, and again, until its wait ends).
+    placed: std::sync::atomic::AtomicBool,
 }
 
 /// One commit attempt of this request.
@@ -373,23 +378,32 @@ impl Backlog {
     }
 
     /// Waits until the backlog is below its limit (`true`) or `until` passes (`false`),
-    /// looking as often as the queue allows ([`Queue::backlog_poll`]) and the cache
-    /// makes worth it. The executes held at the same moment share one count per interval,
-    /// so a crowd of them costs the store no more than one; `clock` dates the counts.
+    /// looking as often as the queue allows ([`Queue::backlog_poll`], whatever the cache
+    /// time: a cache as long as the wait would otherwise never see room). The executes
+    /// held at the same moment share one count per interval, and each one let go takes a
+    /// place in that count, so a count with room for `k` lets go about `k` of them, not
+    /// the whole crowd; `clock` dates the counts.
     async fn room_by(
         &self,
         queue: &dyn Queue,
         clock: &SharedClock,
         until: tokio::time::Instant,
     ) -> bool {
-        let every = queue
-            .backlog_poll()
-            .max(std::time::Duration::from_millis(self.cache_ms.max(0) as u64));
-        let max_age = every.as_millis().min(i64::MAX as u128) as Millis;
+        let every = queue.backlog_poll();
+        let max_age = every.as_millis().clamp(1, i64::MAX as u128) as Millis;
         while tokio::time::Instant::now() < until {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             tokio::time::sleep(every.min(left)).await;
-            if !self.full(self.count(queue, clock.now_ms(), max_age).await) {
+            let now = clock.now_ms();
+            let n = self.count(queue, now, max_age).await;
+            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = match seen.as_mut() {
+                Some((_, counted)) => counted,
+                None => &mut { n },
+            };
+            if !self.full(*n) {
+                // This execute's place: the next held one sees one fewer free.
+                *n += 1;
                 return true;
             }
         }
@@ -470,6 +484,7 @@ async fn execute(
         action_type: Mutex::new(None),
         backlog_until: Mutex::new(None),
         waited: std::sync::atomic::AtomicBool::new(false),
+        placed: std::sync::atomic::AtomicBool::new(false),
     };
     let result = execute_rounds(&ctx).await;
     let action_type = ctx
@@ -493,7 +508,7 @@ async fn execute_rounds(ctx: &Ctx<'_>) -> Result<ExecuteOutcome, ApiError> {
         }
         // A round that waited for room in the backlog is not a conflict: its wait is
         // bounded by the request's own deadline instead.
-        if !ctx.waited.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        if !ctx.waited.swap(false, Ordering::Relaxed) {
             rounds += 1;
         }
     }
@@ -1047,14 +1062,15 @@ async fn decide(
     }
     // Admission: not a decision either. An order accepted behind a deep queue would reach
     // the broker seconds after the operator confirmed it; refuse it now instead.
-    if plan.action_type.is_order_submission() {
+    if plan.action_type.is_order_submission() && !ctx.placed.load(Ordering::Relaxed) {
         let queue = st.dispatch.queue.as_ref();
         if let Some(e) = st.backlog.refusal(queue, now).await {
             // Held for room while this request's wait lasts; then decided afresh (a new
             // round: the world may have moved while it waited).
             let until = ctx.backlog_wait_until(st.backlog.wait);
             if st.backlog.room_by(queue, &st.clock, until).await {
-                ctx.waited.store(true, std::sync::atomic::Ordering::Relaxed);
+                ctx.waited.store(true, Ordering::Relaxed);
+                ctx.placed.store(true, Ordering::Relaxed);
                 return Ok(Verdict::Again);
             }
             return Err(ctx.reject(e, Some(plan)).await);
@@ -1631,15 +1647,36 @@ mod tests {
         assert!((1..=40).contains(&asked), "asked {asked} times");
     }
 
+    /// Room for two lets go two of a crowd of fifty held executes, not all of them: the
+    /// others stay held (and are refused when their wait ends, the backlog staying at 2).
+    #[tokio::test]
+    async fn room_for_two_lets_go_two_of_a_crowd() {
+        let two_free = queue(Some(1));
+        let gate = Backlog::new(3, 0, 40);
+        let until = tokio::time::Instant::now() + gate.wait;
+        let (q, gate, clock) = (&two_free, &gate, clock());
+        let held = (0..50).map(|_| gate.room_by(q, &clock, until));
+        let let_go = futures_util::future::join_all(held)
+            .await
+            .into_iter()
+            .filter(|r| *r)
+            .count();
+        // Each fresh count finds room for two again (the fake never fills): two per
+        // interval at most, about twenty intervals.
+        let asked = two_free.asked.load(Ordering::Relaxed) as usize;
+        assert!(let_go <= 2 * asked, "{let_go} let go on {asked} counts");
+        assert!(let_go < 50, "the whole crowd was let go");
+    }
+
     /// A backlog that stays full holds a submission for its whole wait, then refuses it;
     /// a wait of 0 refuses at once.
     #[tokio::test]
     async fn a_backlog_that_stays_full_refuses_after_the_wait() {
         let full = queue(Some(3));
-        let gate = Backlog::new(3, 0, 50);
+        let gate = Backlog::new(3, 0, 200);
         let started = tokio::time::Instant::now();
         assert!(!gate.room_by(&full, &clock(), started + gate.wait).await);
-        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+        assert!(started.elapsed() >= std::time::Duration::from_millis(200));
         assert!(
             full.asked.load(Ordering::Relaxed) >= 2,
             "asked while it waited"
