@@ -511,6 +511,17 @@ pub trait WorkerStore: Send + Sync {
 #[async_trait]
 pub trait PaperBookStore: Send + Sync {
     async fn load(&self, key: &str) -> StoreResult<(Option<serde_json::Value>, u64)>;
+    /// The document if its version is not `known` (`None`: unchanged since that read), so a
+    /// reader that keeps what it decoded skips decoding it again. An adapter that can ask
+    /// the store for the version alone overrides this; the default loads and compares.
+    async fn load_changed(
+        &self,
+        key: &str,
+        known: u64,
+    ) -> StoreResult<Option<(Option<serde_json::Value>, u64)>> {
+        let (doc, version) = self.load(key).await?;
+        Ok((version != known).then_some((doc, version)))
+    }
     /// `false`: the document changed since `expected_version`; nothing was written.
     async fn save(
         &self,

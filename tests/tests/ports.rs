@@ -21,8 +21,8 @@ use airlock::domain::{
     TimeInForce,
 };
 use airlock::ports::{
-    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, Page, PlanChange, PositionChange,
-    PositionsReplacement, Reservation, Signer,
+    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, Page, PaperBookStore, PlanChange,
+    PositionChange, PositionsReplacement, Reservation, Signer,
 };
 use airlock::records::{
     ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
@@ -39,6 +39,8 @@ const SYMBOL: &str = "CLF27";
 /// The ports of one backend, with what keeps that backend alive.
 struct Env {
     p: Ports,
+    /// The paper broker's document store under `p.paper`.
+    book: Arc<dyn PaperBookStore>,
     _moto: Option<Moto>,
     dir: PathBuf,
 }
@@ -61,6 +63,7 @@ async fn env(backend: Backend) -> Env {
                 Arc::new(LocalSigner::new("ports-test", &key).expect("signer"));
             Env {
                 p: Ports::sqlite(&db, signer),
+                book: Arc::new(db.clone()),
                 _moto: None,
                 dir,
             }
@@ -110,6 +113,7 @@ async fn env(backend: Backend) -> Env {
                 Arc::new(KmsSigner::new(kms, &shapes::signing_key(&given)));
             Env {
                 p: Ports::aws(&aws, signer),
+                book: Arc::new(aws.clone()),
                 _moto: Some(moto),
                 dir,
             }
@@ -1606,3 +1610,36 @@ async fn orders_at_the_broker_are_listed_and_leave_when_they_end(b: Backend) {
     assert_eq!(ids(o.list_at_the_broker(None).await.unwrap()), ["ord-v"]);
 }
 both!(orders_at_the_broker_are_listed_and_leave_when_they_end);
+
+/// The paper book answers `load_changed` with nothing while the version it was given is
+/// current, and with the document once it moved; so the broker decodes its price table
+/// once per change, and a price set by another process (another broker on the same store)
+/// is seen by the next read.
+async fn the_price_table_is_decoded_once_per_change(b: Backend) {
+    let e = env(b).await;
+    let book = e.book.as_ref();
+    assert_eq!(
+        book.load_changed("prices", 0).await.unwrap(),
+        None,
+        "absent"
+    );
+    let doc = serde_json::json!({"CLF27": "68.40"});
+    assert!(book.save("prices", &doc, 0).await.unwrap());
+    let (got, v1) = book.load_changed("prices", 0).await.unwrap().expect("new");
+    assert_eq!((got, v1), (Some(doc), 1));
+    assert_eq!(book.load_changed("prices", v1).await.unwrap(), None);
+
+    let mine = &e.p.paper;
+    let other = airlock::adapters::paper_broker::PaperBroker::new(e.book.clone());
+    let price = |s: &str| airlock::domain::Price::parse(s).unwrap();
+    assert_eq!(mine.prices().await.unwrap()["CLF27"], price("68.40"));
+    let set = std::collections::BTreeMap::from([("CLF27".to_string(), price("70.10"))]);
+    other.set_prices(&set).await.unwrap();
+    assert_eq!(mine.prices().await.unwrap()["CLF27"], price("70.10"));
+    assert_eq!(
+        book.load_changed("prices", v1 + 1).await.unwrap(),
+        None,
+        "one change, one version"
+    );
+}
+both!(the_price_table_is_decoded_once_per_change);

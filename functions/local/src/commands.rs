@@ -463,10 +463,10 @@ pub async fn prices(
     } else if symbol.is_some() || price.is_some() {
         return Err("usage: airlock prices [SYMBOL PRICE]".into());
     }
-    for (s, p) in paper.prices().await.map_err(|e| e.to_string())? {
+    for (s, p) in paper.prices().await.map_err(|e| e.to_string())?.iter() {
         if symbol.as_deref().is_none_or(|x| {
             airlock::domain::cl::ClContract::parse(x)
-                .map(|c| c.symbol() == s)
+                .map(|c| &c.symbol() == s)
                 .unwrap_or(false)
         }) {
             outln!("{s} {p}");

@@ -61,7 +61,14 @@ pub struct AccountBook {
 
 pub struct PaperBroker {
     store: Arc<dyn PaperBookStore>,
+    /// The price table as last decoded, with its version: every plan and every order reads
+    /// it, and it changes only with `airlock prices set` (possibly in another process), so
+    /// each read asks the store whether the version moved and decodes only when it did.
+    prices: std::sync::Mutex<Option<(u64, Arc<PriceTable>)>>,
 }
+
+/// Reference prices by contract symbol.
+pub type PriceTable = BTreeMap<String, Price>;
 
 fn account_key(account_id: &str) -> String {
     format!("account:{account_id}")
@@ -220,11 +227,33 @@ fn accept(
 
 impl PaperBroker {
     pub fn new(store: Arc<dyn PaperBookStore>) -> Self {
-        PaperBroker { store }
+        PaperBroker {
+            store,
+            prices: std::sync::Mutex::new(None),
+        }
     }
 
-    pub async fn prices(&self) -> StoreResult<BTreeMap<String, Price>> {
-        decode(self.store.load(PRICES_KEY).await?.0)
+    /// The reference price table, as stored now.
+    pub async fn prices(&self) -> StoreResult<Arc<PriceTable>> {
+        let lock = || {
+            self.prices
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let known = lock().clone();
+        let version = known.as_ref().map_or(0, |(v, _)| *v);
+        match self.store.load_changed(PRICES_KEY, version).await? {
+            None => Ok(known.map(|(_, t)| t).unwrap_or_default()),
+            Some((doc, version)) => {
+                let table: Arc<PriceTable> = Arc::new(decode(doc)?);
+                let mut cached = lock();
+                // A concurrent reader may have stored a newer table meanwhile; keep that one.
+                if cached.as_ref().is_none_or(|(v, _)| *v <= version) {
+                    *cached = Some((version, table.clone()));
+                }
+                Ok(table)
+            }
+        }
     }
 
     /// Sets reference prices (seeding, or `airlock prices set`).

@@ -31,6 +31,38 @@ impl PaperBookStore for Sqlite {
         .await
     }
 
+    async fn load_changed(
+        &self,
+        key: &str,
+        known: u64,
+    ) -> StoreResult<Option<(Option<serde_json::Value>, u64)>> {
+        let key = key.to_string();
+        self.read(move |c| {
+            // The document's text only when its version moved (the price table is read by
+            // every plan and every order, and changes only with `airlock prices set`).
+            let row: Option<(Option<String>, i64)> = c
+                .row(
+                    "SELECT CASE WHEN version = ?2 THEN NULL ELSE doc END, version \
+                     FROM paper_book WHERE key = ?1",
+                    params![key, known as i64],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(db_err)?;
+            match row {
+                None if known == 0 => Ok(None),
+                None => Ok(Some((None, 0))),
+                Some((_, v)) if v as u64 == known => Ok(None),
+                Some((None, v)) => Ok(Some((None, v as u64))),
+                Some((Some(doc), v)) => Ok(Some((
+                    Some(serde_json::from_str(&doc).map_err(json_err)?),
+                    v as u64,
+                ))),
+            }
+        })
+        .await
+    }
+
     async fn save(
         &self,
         key: &str,
