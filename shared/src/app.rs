@@ -100,7 +100,8 @@ pub struct AppState {
     pub approvals: Arc<Approvals>,
     /// The agent's tools (the MCP endpoint), on the same use cases.
     pub tools: Arc<crate::protocol::tools::Tools>,
-    pub ports: Ports,
+    /// Behind one `Arc`, as every field here: axum clones the state for each request.
+    pub ports: Arc<Ports>,
 }
 
 impl AppState {
@@ -238,7 +239,7 @@ impl AppState {
             portfolio,
             worker,
             sweeper: Arc::new(sweeper),
-            ports,
+            ports: Arc::new(ports),
         }
     }
 
