@@ -1,6 +1,6 @@
 //! Accounts on SQLite: the `accounts` table.
 
-use super::rows::{desk_clause, parse, query};
+use super::rows::{desk_clause, limit, parse, query};
 use super::Sqlite;
 use crate::auth::DeskScope;
 use crate::domain::Account;
@@ -36,8 +36,8 @@ impl AccountStore for Sqlite {
             sql.push_str(" AND account_id > ?");
             args.push(Value::Text(after.clone()));
         }
-        sql.push_str(" ORDER BY account_id LIMIT ?");
-        args.push(Value::Integer(page.limit as i64));
+        sql.push_str(" ORDER BY account_id");
+        sql.push_str(&limit(page.limit));
         self.read(move |c| query(c, &sql, args, account_row)).await
     }
 

@@ -24,14 +24,14 @@ impl ActionStore for Sqlite {
 
     async fn list_unsent(&self, claimed_before: i64, limit: u32) -> StoreResult<Vec<ActionRecord>> {
         self.read(move |c| {
-            let mut st = c
-                .prepare_cached(
-                    "SELECT body FROM actions WHERE enqueued_at IS NULL AND created_at < ? \
-                     ORDER BY created_at LIMIT ?",
-                )
-                .map_err(db_err)?;
+            let sql = format!(
+                "SELECT body FROM actions WHERE enqueued_at IS NULL AND created_at < ? \
+                 ORDER BY created_at{}",
+                super::rows::limit(limit)
+            );
+            let mut st = c.prepare_cached(&sql).map_err(db_err)?;
             let rows = st
-                .query_map(params![claimed_before, limit], |r| r.get::<_, Body>(0))
+                .query_map(params![claimed_before], |r| r.get::<_, Body>(0))
                 .map_err(db_err)?;
             rows.map(|r| r.map_err(db_err).and_then(|b| body(b.0)))
                 .collect::<StoreResult<Vec<_>>>()

@@ -1,6 +1,6 @@
 //! Jobs on SQLite: the `jobs` table.
 
-use super::rows::{desk_clause, parse, query, time_after};
+use super::rows::{desk_clause, limit, parse, query, time_after};
 use super::Sqlite;
 use crate::auth::DeskScope;
 use crate::domain::Job;
@@ -55,8 +55,8 @@ impl JobStore for Sqlite {
             "j.job_id",
             &mut args,
         ));
-        sql.push_str(" ORDER BY j.created_at DESC, j.job_id DESC LIMIT ?");
-        args.push(Value::Integer(page.limit as i64));
+        sql.push_str(" ORDER BY j.created_at DESC, j.job_id DESC");
+        sql.push_str(&limit(page.limit));
         self.read(move |c| query(c, &sql, args, job_row)).await
     }
 }

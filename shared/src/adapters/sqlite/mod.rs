@@ -333,6 +333,107 @@ mod tests {
         assert_eq!(sets, 1, "one list, stored once");
     }
 
+    /// Only the top-level `risk_checks` list is stored apart: an agent's `chat_context`
+    /// that names its own keys `risk_checks` or `risk_checks_ref` is stored and read back
+    /// as it was sent, and never takes the place of the record's own checks.
+    #[tokio::test]
+    async fn only_the_top_level_checks_are_stored_apart() {
+        use super::rows::{compact_body, full_body};
+        use serde_json::{json, Value};
+        let t = temp_db("nested-checks");
+        let forged = "0".repeat(64);
+        let plan = json!({
+            "chat_context": {"risk_checks_ref": forged, "risk_checks": [{"name": "x"}]},
+            "plan_id": "pln_1",
+            "risk_checks": [{"name": "max_order_size", "status": "fail", "reason": "too big"}],
+        });
+        let no_checks = json!({"chat_context": {"risk_checks_ref": forged}, "risk_checks": []});
+        let (p2, n2) = (plan.clone(), no_checks.clone());
+        let back: Vec<Value> =
+            t.db.write(move |c| {
+                let stored = [compact_body(c, &p2)?, compact_body(c, &n2)?];
+                stored
+                    .iter()
+                    .map(|b| {
+                        let text = super::packed::text(rusqlite::types::ValueRef::Blob(b))
+                            .map_err(crate::error::StoreError::Corrupt)?;
+                        full_body(c, &text)
+                    })
+                    .collect()
+            })
+            .await
+            .unwrap();
+        assert_eq!(back, vec![plan, no_checks]);
+    }
+
+    /// A bound LIMIT makes SQLite prepare the statement again at each execution (its
+    /// planner reads the bound value); the limit written into the text, as [`super::rows::limit`]
+    /// writes it, keeps the cached statement prepared.
+    #[test]
+    fn a_literal_limit_keeps_the_statement_prepared() {
+        use rusqlite::StatementStatus::RePrepare;
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch("CREATE TABLE t (n INTEGER PRIMARY KEY)")
+            .unwrap();
+        let run = |sql: &str, n: i64, bind_limit: bool| {
+            let mut st = c.prepare_cached(sql).unwrap();
+            let rows: Vec<i64> = if bind_limit {
+                st.query_map([n, 10], |r| r.get(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            } else {
+                st.query_map([n], |r| r.get(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            };
+            assert!(rows.is_empty());
+            st.get_status(RePrepare)
+        };
+        let bound = "SELECT n FROM t WHERE n > ? ORDER BY n LIMIT ?";
+        let literal = format!(
+            "SELECT n FROM t WHERE n > ? ORDER BY n{}",
+            super::rows::limit(10u32)
+        );
+        for n in 0..3 {
+            run(bound, n, true);
+            run(&literal, n, false);
+        }
+        assert!(
+            run(bound, 9, true) >= 3,
+            "SQLite no longer re-prepares a bound LIMIT"
+        );
+        assert_eq!(run(&literal, 9, false), 0);
+    }
+
+    /// No statement of the embedded adapter binds its LIMIT (see the test above).
+    #[test]
+    fn no_statement_binds_its_limit() {
+        let sources = [
+            ("accounts.rs", include_str!("accounts.rs")),
+            ("actions.rs", include_str!("actions.rs")),
+            ("approvals.rs", include_str!("approvals.rs")),
+            ("audit.rs", include_str!("audit.rs")),
+            ("control.rs", include_str!("control.rs")),
+            ("jobs.rs", include_str!("jobs.rs")),
+            ("ledger.rs", include_str!("ledger.rs")),
+            ("orders.rs", include_str!("orders.rs")),
+            ("paper.rs", include_str!("paper.rs")),
+            ("plans.rs", include_str!("plans.rs")),
+            ("positions.rs", include_str!("positions.rs")),
+            ("queue.rs", include_str!("queue.rs")),
+            ("read_models.rs", include_str!("read_models.rs")),
+            ("rows.rs", include_str!("rows.rs")),
+            ("workers.rs", include_str!("workers.rs")),
+        ];
+        for (file, text) in sources {
+            for pattern in ["LIMIT ?", "OFFSET ?"] {
+                assert!(!text.contains(pattern), "{file} binds a limit: {pattern}");
+            }
+        }
+    }
+
     /// Many writes at once share transactions: each one that succeeds is committed, each
     /// one that fails (or panics) leaves nothing behind, and every caller hears its own
     /// result, whatever the others did.

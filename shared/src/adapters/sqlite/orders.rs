@@ -1,6 +1,6 @@
 //! Orders on SQLite: the `orders` table.
 
-use super::rows::{desk_clause, parse, price, query, time_after};
+use super::rows::{desk_clause, limit, parse, price, query, time_after};
 use super::{db_err, Sqlite};
 use crate::auth::DeskScope;
 use crate::domain::Order;
@@ -65,8 +65,8 @@ impl OrderStore for Sqlite {
             "o.order_id",
             &mut args,
         ));
-        sql.push_str(" ORDER BY o.created_at DESC, o.order_id DESC LIMIT ?");
-        args.push(Value::Integer(page.limit as i64));
+        sql.push_str(" ORDER BY o.created_at DESC, o.order_id DESC");
+        sql.push_str(&limit(page.limit));
         self.read(move |c| query(c, &sql, args, order_row)).await
     }
 

@@ -5,7 +5,7 @@ use super::packed::{packed_json, Body};
 use super::rows::desk_clause;
 use super::rows::one_body;
 use super::rows::Cached;
-use super::rows::{compact_body, full_body, Compact};
+use super::rows::{compact_body, fields, full_body, raw, Compact};
 use super::{db_err, json_err, Sqlite};
 use crate::auth::DeskScope;
 use crate::domain::Millis;
@@ -93,10 +93,10 @@ impl PlanStore for Sqlite {
             let mut args: Vec<Value> = Vec::new();
             let clause = desk_clause(&desks, "awaiting_desk", &mut args);
             args.push(Value::Integer(now));
-            args.push(Value::Integer(limit as i64));
             let sql = format!(
                 "SELECT body FROM plans WHERE awaiting_desk IS NOT NULL AND {clause} \
-                 AND expires_at > ? ORDER BY expires_at, plan_id LIMIT ?"
+                 AND expires_at > ? ORDER BY expires_at, plan_id{}",
+                super::rows::limit(limit)
             );
             let mut st = c.prepare_cached(&sql).map_err(db_err)?;
             let rows = st
@@ -130,12 +130,14 @@ pub(super) fn set_plan_fields(
     let Some(text) = one_body(tx, "SELECT body FROM plans WHERE plan_id = ?", &[&plan_id])? else {
         return Ok(false);
     };
-    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(json_err)?;
-    if let Some(obj) = v.as_object_mut() {
-        obj.insert("status".into(), status.into());
-        obj.insert(field.into(), value.into());
-    }
-    let body = packed_json(&v)?;
+    let mut top = fields(&text)?;
+    let (status_text, value_text) = (
+        raw(serde_json::to_string(status).map_err(json_err)?)?,
+        raw(serde_json::to_string(value).map_err(json_err)?)?,
+    );
+    top.insert("status".into(), &status_text);
+    top.insert(field.into(), &value_text);
+    let body = packed_json(&top)?;
     let changed = tx
         .run(
             "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",

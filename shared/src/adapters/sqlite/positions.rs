@@ -1,7 +1,7 @@
 //! Positions and exposures on SQLite: the `positions` table (filled contracts) and the
 //! `exposures` table (open buy and sell contracts per account and contract).
 
-use super::rows::{desk_clause, price, query};
+use super::rows::{desk_clause, limit, price, query};
 use super::{db_err, Sqlite};
 use crate::auth::DeskScope;
 use crate::domain::{Exposure, ExposureDelta, Position};
@@ -45,8 +45,8 @@ impl PositionStore for Sqlite {
             args.push(Value::Text(acc.clone()));
             args.push(Value::Text(sym.clone()));
         }
-        sql.push_str(" ORDER BY p.account_id, p.symbol LIMIT ?");
-        args.push(Value::Integer(page.limit as i64));
+        sql.push_str(" ORDER BY p.account_id, p.symbol");
+        sql.push_str(&limit(page.limit));
         self.read(move |c| query(c, &sql, args, position_row)).await
     }
 

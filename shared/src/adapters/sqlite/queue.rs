@@ -9,7 +9,7 @@
 //! (migration 3), one index seek per group, whatever the backlog.
 
 use super::packed::{packed_json, Body};
-use super::rows::Cached;
+use super::rows::{limit, Cached};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -30,7 +30,7 @@ use crate::records::MAX_RECEIVES;
 pub const DEDUP_WINDOW_MS: i64 = 5 * 60 * 1000;
 
 /// Expired done rows deleted per ack: more than one, so the purge keeps up with the acks.
-const PURGE_PER_ACK: i64 = 64;
+const PURGE_PER_ACK: u32 = 64;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -74,14 +74,14 @@ const RECEIVE: &str = "\
     JOIN queue m ON m.id = (SELECT MIN(id) FROM queue \
                             WHERE queue = ?1 AND status IN ('ready', 'in_flight') AND group_key = groups.k) \
     WHERE groups.k IS NOT NULL AND m.visible_at <= ?2 \
-    ORDER BY m.id LIMIT ?3";
+    ORDER BY m.id";
 
 /// The messages after a group's head, in order, for the same batch (as SQS FIFO hands out
 /// several messages of one group in order): taken while ready and visible.
 const FOLLOWERS: &str = "\
     SELECT id, body, receive_count, status, visible_at FROM queue \
     WHERE queue = ?1 AND group_key = ?2 AND status IN ('ready', 'in_flight') AND id > ?3 \
-    ORDER BY id LIMIT ?4";
+    ORDER BY id";
 
 /// `id:receive_count`, as `receive` hands it out.
 fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
@@ -146,9 +146,10 @@ impl Queue for Sqlite {
         let q = queue.as_str().to_string();
         self.write(move |tx| {
             let heads: Vec<(i64, Body, i64, String)> = {
-                let mut st = tx.prepare_cached(RECEIVE).map_err(db_err)?;
+                let sql = format!("{RECEIVE}{}", limit(max));
+                let mut st = tx.prepare_cached(&sql).map_err(db_err)?;
                 let it = st
-                    .query_map(params![q, now, max], |r| {
+                    .query_map(params![q, now], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                     })
                     .map_err(db_err)?;
@@ -163,9 +164,10 @@ impl Queue for Sqlite {
                 if room == 0 {
                     continue;
                 }
-                let mut st = tx.prepare_cached(FOLLOWERS).map_err(db_err)?;
+                let sql = format!("{FOLLOWERS}{}", limit(room as u64));
+                let mut st = tx.prepare_cached(&sql).map_err(db_err)?;
                 let next: Vec<(i64, Body, i64, String, i64)> = st
-                    .query_map(params![q, group, id, room as i64], |r| {
+                    .query_map(params![q, group, id], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                     })
                     .map_err(db_err)?
@@ -218,11 +220,12 @@ impl Queue for Sqlite {
             .and_then(|mut st| st.execute([id, count]))
             .map_err(db_err)?;
             // Done rows whose deduplication window is over (index `queue_done`).
-            tx.prepare_cached(
+            tx.prepare_cached(&format!(
                 "DELETE FROM queue WHERE id IN (SELECT id FROM queue \
-                 WHERE status = 'done' AND created_at < ? ORDER BY created_at LIMIT ?)",
-            )
-            .and_then(|mut st| st.execute(params![expired, PURGE_PER_ACK]))
+                 WHERE status = 'done' AND created_at < ? ORDER BY created_at{})",
+                limit(PURGE_PER_ACK)
+            ))
+            .and_then(|mut st| st.execute(params![expired]))
             .map_err(db_err)?;
             Ok(())
         })
@@ -254,11 +257,13 @@ impl Queue for Sqlite {
         let q = queue.as_str().to_string();
         self.write(move |tx| {
             let rows: Vec<(i64, Body, i64, String)> = tx
-                .prepare_cached(
-                    "SELECT id, body, receive_count, group_key FROM queue                      WHERE queue = ? AND status = 'dead' AND visible_at <= ? ORDER BY id LIMIT ?",
-                )
+                .prepare_cached(&format!(
+                    "SELECT id, body, receive_count, group_key FROM queue \
+                     WHERE queue = ? AND status = 'dead' AND visible_at <= ? ORDER BY id{}",
+                    limit(max)
+                ))
                 .and_then(|mut st| {
-                    st.query_map(params![q, now, max], |r| {
+                    st.query_map(params![q, now], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()
@@ -289,10 +294,13 @@ impl Queue for Sqlite {
         let moved = self
             .write(move |tx| {
                 // Same row, same deduplication id: a dead letter moves, it is not copied.
-                tx.prepare_cached(
-                    "UPDATE queue SET status = 'ready', receive_count = 0, visible_at = ?                      WHERE id IN (SELECT id FROM queue WHERE queue = ? AND status = 'dead'                                   ORDER BY id LIMIT ?)",
-                )
-                .and_then(|mut st| st.execute(params![now, q, max]))
+                tx.prepare_cached(&format!(
+                    "UPDATE queue SET status = 'ready', receive_count = 0, visible_at = ? \
+                     WHERE id IN (SELECT id FROM queue WHERE queue = ? AND status = 'dead' \
+                     ORDER BY id{})",
+                    limit(max)
+                ))
+                .and_then(|mut st| st.execute(params![now, q]))
                 .map_err(db_err)
             })
             .await?;
@@ -566,10 +574,10 @@ pub(super) mod tests {
         let plan: Vec<String> =
             t.db.read(|c| {
                 let mut st = c
-                    .prepare(&format!("EXPLAIN QUERY PLAN {RECEIVE}"))
+                    .prepare(&format!("EXPLAIN QUERY PLAN {RECEIVE}{}", limit(10u32)))
                     .map_err(db_err)?;
                 let rows = st
-                    .query_map(params!["worker:orders", 0, 10], |r| r.get::<_, String>(3))
+                    .query_map(params!["worker:orders", 0], |r| r.get::<_, String>(3))
                     .map_err(db_err)?;
                 rows.collect::<rusqlite::Result<_>>().map_err(db_err)
             })
