@@ -190,6 +190,20 @@ const MIGRATIONS: &[&str] = &[
     DROP INDEX queue_ready;
     CREATE INDEX queue_dead ON queue(queue, visible_at, id) WHERE status = 'dead';
     "#,
+    // 8: an order carries its account's desk (as its DynamoDB item does), so a desk's
+    // orders, newest first, are one ordered seek of `orders_desk_time` that stops at the
+    // page's end. Through the join with `accounts`, a page read and sorted every order of
+    // the desk's accounts: its cost grew with the order history. An order inserted
+    // without its desk (by an older binary) gets it from the trigger.
+    r#"
+    ALTER TABLE orders ADD COLUMN desk TEXT;
+    UPDATE orders SET desk = (SELECT a.desk FROM accounts a WHERE a.account_id = orders.account_id);
+    CREATE INDEX orders_desk_time ON orders(desk, created_at DESC, order_id DESC);
+    CREATE TRIGGER orders_desk AFTER INSERT ON orders WHEN NEW.desk IS NULL BEGIN
+        UPDATE orders SET desk = (SELECT a.desk FROM accounts a WHERE a.account_id = NEW.account_id)
+        WHERE order_id = NEW.order_id;
+    END;
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
