@@ -140,6 +140,35 @@ pub(super) fn put_order(tx: &rusqlite::Connection, o: &Order, replace: bool) -> 
     .map_err(db_err)
 }
 
+/// Writes a step of an existing order: every column but its key, its account (and desk)
+/// and its creation time, which a step never moves. Only the index on `status` changes
+/// with it; a `REPLACE` deleted and inserted the row and all five of its index entries.
+pub(super) fn update_order(tx: &rusqlite::Connection, o: &Order) -> StoreResult<usize> {
+    tx.prepare_cached(
+        "UPDATE orders SET symbol = ?, side = ?, quantity = ?, order_type = ?, limit_price = ?, \
+         stop_price = ?, time_in_force = ?, status = ?, filled_quantity = ?, avg_fill_price = ?, \
+         action_id = ?, updated_at = ? WHERE order_id = ?",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            o.terms.symbol,
+            o.terms.side.as_str(),
+            o.terms.quantity,
+            o.terms.order_type.as_str(),
+            o.terms.limit_price.map(|x| x.to_string()),
+            o.terms.stop_price.map(|x| x.to_string()),
+            o.terms.time_in_force.as_str(),
+            o.status.as_str(),
+            o.filled_quantity,
+            o.avg_fill_price.map(|x| x.to_string()),
+            o.action_id,
+            o.updated_at,
+            o.order_id
+        ])
+    })
+    .map_err(db_err)
+}
+
 pub(super) fn load_order(c: &rusqlite::Connection, id: &str) -> StoreResult<Option<Order>> {
     let sql = format!("SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_id = ?");
     Ok(query(c, &sql, vec![id.to_string().into()], order_row)?

@@ -2,7 +2,7 @@
 //! is given, composed from the entity files' row writers.
 
 use super::jobs::load_job;
-use super::orders::{load_order, put_order};
+use super::orders::{load_order, put_order, update_order};
 use super::packed::packed_json;
 use super::positions::{add_open, put_position};
 use super::rows::{one_body, Cached};
@@ -34,6 +34,13 @@ impl WorkerStore for Sqlite {
     ) -> StoreResult<bool> {
         let (from, exposure) = (prev.status, ExposureDelta::of_order_step(prev, order));
         let prev_filled = prev.filled_quantity;
+        if (&order.terms.account_id, order.created_at) != (&prev.terms.account_id, prev.created_at)
+        {
+            return Err(StoreError::Corrupt(format!(
+                "order {}: a step may not move its account or creation time",
+                prev.order_id
+            )));
+        }
         let (order, position) = (order.clone(), position.cloned());
         self.write(move |tx| {
             // The step applies only to the state it was computed from: the status and the
@@ -64,7 +71,7 @@ impl WorkerStore for Sqlite {
                 put_position(tx, &change.new)?;
             }
             add_open(tx, &exposure)?;
-            put_order(tx, &order, true)?;
+            update_order(tx, &order)?;
             Ok(true)
         })
         .await
