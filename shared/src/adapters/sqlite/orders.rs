@@ -8,7 +8,7 @@ use crate::error::StoreResult;
 use crate::ports::{OrderFilter, OrderStore, Page, TimeKey};
 use async_trait::async_trait;
 use rusqlite::types::Value;
-use rusqlite::{params, Row};
+use rusqlite::Row;
 
 pub(super) const ORDER_COLUMNS: &str =
     "o.order_id, o.account_id, o.symbol, o.side, o.quantity, o.order_type, \
@@ -105,6 +105,30 @@ impl OrderStore for Sqlite {
     }
 }
 
+/// An order's columns, as `?1` to `?15` of the statements that write it.
+fn order_values(o: &Order) -> [Value; 15] {
+    let text = |s: &str| Value::Text(s.to_string());
+    let price =
+        |p: Option<crate::domain::Price>| p.map_or(Value::Null, |x| Value::Text(x.to_string()));
+    [
+        text(&o.order_id),
+        text(&o.terms.account_id),
+        text(&o.terms.symbol),
+        text(o.terms.side.as_str()),
+        Value::Integer(o.terms.quantity.into()),
+        text(o.terms.order_type.as_str()),
+        price(o.terms.limit_price),
+        price(o.terms.stop_price),
+        text(o.terms.time_in_force.as_str()),
+        text(o.status.as_str()),
+        Value::Integer(o.filled_quantity.into()),
+        price(o.avg_fill_price),
+        o.action_id.as_deref().map_or(Value::Null, text),
+        Value::Integer(o.created_at),
+        Value::Integer(o.updated_at),
+    ]
+}
+
 /// Writes an order's row: replacing one with the same id, or (`replace` false) only if absent.
 pub(super) fn put_order(tx: &rusqlite::Connection, o: &Order, replace: bool) -> StoreResult<usize> {
     let verb = if replace {
@@ -118,25 +142,7 @@ pub(super) fn put_order(tx: &rusqlite::Connection, o: &Order, replace: bool) -> 
          action_id, created_at, updated_at, desk) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
          ?10, ?11, ?12, ?13, ?14, ?15, (SELECT desk FROM accounts WHERE account_id = ?2))"
     ))
-    .and_then(|mut st| {
-        st.execute(params![
-            o.order_id,
-            o.terms.account_id,
-            o.terms.symbol,
-            o.terms.side.as_str(),
-            o.terms.quantity,
-            o.terms.order_type.as_str(),
-            o.terms.limit_price.map(|x| x.to_string()),
-            o.terms.stop_price.map(|x| x.to_string()),
-            o.terms.time_in_force.as_str(),
-            o.status.as_str(),
-            o.filled_quantity,
-            o.avg_fill_price.map(|x| x.to_string()),
-            o.action_id,
-            o.created_at,
-            o.updated_at
-        ])
-    })
+    .and_then(|mut st| st.execute(rusqlite::params_from_iter(order_values(o))))
     .map_err(db_err)
 }
 
@@ -145,27 +151,12 @@ pub(super) fn put_order(tx: &rusqlite::Connection, o: &Order, replace: bool) -> 
 /// with it; a `REPLACE` deleted and inserted the row and all five of its index entries.
 pub(super) fn update_order(tx: &rusqlite::Connection, o: &Order) -> StoreResult<usize> {
     tx.prepare_cached(
-        "UPDATE orders SET symbol = ?, side = ?, quantity = ?, order_type = ?, limit_price = ?, \
-         stop_price = ?, time_in_force = ?, status = ?, filled_quantity = ?, avg_fill_price = ?, \
-         action_id = ?, updated_at = ? WHERE order_id = ?",
+        "UPDATE orders SET symbol = ?3, side = ?4, quantity = ?5, order_type = ?6, \
+         limit_price = ?7, stop_price = ?8, time_in_force = ?9, status = ?10, \
+         filled_quantity = ?11, avg_fill_price = ?12, action_id = ?13, updated_at = ?15 \
+         WHERE order_id = ?1",
     )
-    .and_then(|mut st| {
-        st.execute(params![
-            o.terms.symbol,
-            o.terms.side.as_str(),
-            o.terms.quantity,
-            o.terms.order_type.as_str(),
-            o.terms.limit_price.map(|x| x.to_string()),
-            o.terms.stop_price.map(|x| x.to_string()),
-            o.terms.time_in_force.as_str(),
-            o.status.as_str(),
-            o.filled_quantity,
-            o.avg_fill_price.map(|x| x.to_string()),
-            o.action_id,
-            o.updated_at,
-            o.order_id
-        ])
-    })
+    .and_then(|mut st| st.execute(rusqlite::params_from_iter(order_values(o))))
     .map_err(db_err)
 }
 
