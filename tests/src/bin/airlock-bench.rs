@@ -1193,7 +1193,7 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
     ));
     let plans = count("plans").max(1) as f64;
     // The WAL is reused from its start once checkpointed, so it does not grow with the
-    // pairs: its size is a bound (about 32 MiB, the writer's backstop), not a cost per pair.
+    // pairs: its size is a bound (about 35 MB, the writer's backstop), not a cost per pair.
     rows.push(info(
         b,
         "database per pair",

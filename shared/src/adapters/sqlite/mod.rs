@@ -38,7 +38,7 @@ const READERS: usize = 4;
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(25);
 /// WAL pages after which the writer checkpoints itself (SQLite's auto-checkpoint), should
 /// the checkpointer fall behind; its checkpoint also lets the next write restart the WAL
-/// from its start, so the file stays under about this many pages (32 MiB).
+/// from its start, so the file stays near this many pages (about 35 MB measured).
 const WRITER_CHECKPOINT_PAGES: i64 = 8192;
 
 #[derive(Clone)]
