@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # The whole test suite: what CI runs (.ci/run) and what the README calls "test it".
 # Installs the AWS emulator (moto) into .venv, Schemathesis into .venv/st (the API fuzzer the
-# tests run against `airlock serve`), lints the SAM template (scripts/infra-lint.sh),
-# builds the airlock binary with test-only failpoints, then runs every test in debug: the
-# end-to-end suite runs against the embedded backend and, through moto, the AWS backend.
+# tests run against `airlock serve`), lints the SAM template (scripts/infra-lint.sh) -- these
+# in the background, beside the Rust build -- builds the airlock binary with test-only
+# failpoints, then runs every test in debug: the end-to-end suite runs against the embedded
+# backend and, through moto, the AWS backend.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-echo "== the AWS emulator (moto, into .venv)"
-scripts/emulator.sh
-
-echo "== a real browser for the approval page (Debian's chromium and chromium-driver)"
-scripts/browser.sh
-
-echo "== the MCP clients the tests drive (@mastra/mcp, the TypeScript SDK; npm ci into tests/mcp)"
-scripts/node-deps.sh
-
-echo "== Schemathesis and the OpenAPI validator (into .venv/st); docs/openapi.json is valid OpenAPI 3.1"
-scripts/schemathesis.sh
-
-echo "== the SAM template (cfn-lint, sam validate --lint; SAM CLI into .venv/sam)"
-scripts/infra-lint.sh
+# The installs and the template lint (network and Python, little of the Rust build's CPU) run
+# in the background while cargo builds; the tests start only once they have succeeded. Their
+# output is printed whole when they end.
+setup_log="$(mktemp)"
+setup_pid=
+trap '[ -n "$setup_pid" ] && kill "$setup_pid" 2>/dev/null; rm -f "$setup_log"' EXIT
+(
+    set -euo pipefail
+    echo "== the AWS emulator (moto, into .venv)"
+    scripts/emulator.sh
+    echo "== a real browser for the approval page (Debian's chromium and chromium-driver)"
+    scripts/browser.sh
+    echo "== the MCP clients the tests drive (@mastra/mcp, the TypeScript SDK; npm ci into tests/mcp)"
+    scripts/node-deps.sh
+    echo "== Schemathesis and the OpenAPI validator (into .venv/st); docs/openapi.json is valid OpenAPI 3.1"
+    scripts/schemathesis.sh
+    echo "== the SAM template (cfn-lint, sam validate --lint; SAM CLI into .venv/sam)"
+    scripts/infra-lint.sh
+) >"$setup_log" 2>&1 &
+setup_pid=$!
+echo "== installs and template lint started in the background (pid $setup_pid)"
 
 echo "== fmt"
 cargo fmt --all -- --check
@@ -39,6 +47,16 @@ cp "$target_dir/debug/airlock" "$target_dir/debug/airlock-failpoints"
 
 echo "== build every binary (the Lambda tests run the real function binaries)"
 cargo build --workspace --bins
+
+echo "== the background installs and template lint"
+setup_ok=0
+wait "$setup_pid" || setup_ok=$?
+setup_pid=
+cat "$setup_log"
+if [ "$setup_ok" -ne 0 ]; then
+    echo "test.sh: the installs or the template lint failed (exit $setup_ok), see above" >&2
+    exit 1
+fi
 
 echo "== tests"
 cargo test --workspace
