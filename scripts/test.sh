@@ -2,7 +2,7 @@
 # The whole test suite: what CI runs (.ci/run) and what the README calls "test it".
 # Installs the AWS emulator (moto) into .venv, Schemathesis into .venv/st (the API fuzzer the
 # tests run against `airlock serve`), lints the SAM template (scripts/infra-lint.sh) -- these
-# in the background, beside the Rust build -- builds the airlock binary with test-only
+# in the background, beside the Rust build -- builds every binary and test with test-only
 # failpoints, then runs every test in debug: the end-to-end suite runs against the embedded
 # backend and, through moto, the AWS backend.
 set -euo pipefail
@@ -38,24 +38,24 @@ echo "== clippy (every target, warnings are errors): in the build itself"
 # `cargo clippy` would check every dependency a second time, in check mode (about 7 minutes
 # of a clean run on two cores). Instead every build below runs the workspace's own crates
 # through clippy-driver, as `cargo clippy` does (RUSTC_WORKSPACE_WRAPPER, CLIPPY_ARGS), so
-# they are linted as they are compiled, the dependencies are compiled once, and the builds
-# and `cargo test` together cover what `cargo clippy --workspace --all-targets` did. The
+# they are linted as they are compiled, the dependencies are compiled once, and the build
+# below covers what `cargo clippy --workspace --all-targets` did. The
 # probe proves the lints run and fail the build.
 clippy_driver="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
 export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 scripts/clippy-probe.sh
 
-echo "== build the test binary (failpoints compiled in)"
-# --workspace resolves the dependencies' features for the whole workspace, as the next build
-# does, so the two builds share every dependency and differ only in airlock-shared and the
-# airlock binary (building -p airlock-local alone compiled some 40 dependencies twice).
-cargo build --workspace --bin airlock --features airlock-local/failpoints
+echo "== build every binary and every test (failpoints compiled in; linted as they compile)"
+# One cargo run for the binaries and the tests, so the two cores have the whole graph to
+# schedule. The failpoints feature is on for the whole workspace: airlock-shared is compiled
+# once (not once with failpoints for the `airlock` test binary and once without for the
+# Lambda binaries). A failpoint does nothing unless AIRLOCK_FAILPOINTS arms it, and release
+# builds (`sam build`, the benchmarks) never have the feature.
+features=(--features airlock-local/failpoints)
+cargo build --workspace --bins --tests "${features[@]}"
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 cp "$target_dir/debug/airlock" "$target_dir/debug/airlock-failpoints"
-
-echo "== build every binary (the Lambda tests run the real function binaries)"
-cargo build --workspace --bins
 
 echo "== the background installs and template lint"
 setup_ok=0
@@ -67,8 +67,12 @@ if [ "$setup_ok" -ne 0 ]; then
     exit 1
 fi
 
-echo "== build the tests (linted as they compile)"
-cargo test --workspace --no-run
-
 echo "== tests"
-cargo test --workspace
+# cargo-nextest (on the toolchain's machines; .config/nextest.toml) runs the tests of every
+# binary side by side; without it, cargo test runs the same tests one binary at a time.
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --workspace "${features[@]}"
+else
+    echo "(cargo-nextest is not installed: cargo test, one binary at a time)"
+    cargo test --workspace "${features[@]}"
+fi
