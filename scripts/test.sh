@@ -14,7 +14,14 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # output is printed whole when they end.
 setup_log="$(mktemp)"
 setup_pid=
-trap '[ -n "$setup_pid" ] && kill "$setup_pid" 2>/dev/null; rm -f "$setup_log"' EXIT
+zygote_dir="$(mktemp -d)"
+zygote_pid=
+cleanup() {
+    [ -n "$setup_pid" ] && kill "$setup_pid" 2>/dev/null
+    [ -n "$zygote_pid" ] && kill "$zygote_pid" 2>/dev/null && wait "$zygote_pid" 2>/dev/null
+    rm -rf "$setup_log" "$zygote_dir"
+}
+trap cleanup EXIT
 (
     set -euo pipefail
     echo "== the AWS emulator (moto, into .venv)"
@@ -66,6 +73,23 @@ if [ "$setup_ok" -ne 0 ]; then
     echo "test.sh: the installs or the template lint failed (exit $setup_ok), see above" >&2
     exit 1
 fi
+
+echo "== the AWS emulator's zygote (a warmed moto that each AWS test's server is forked from)"
+# Starting moto costs about 1.5 s of CPU (imports, first calls); some 130 AWS tests start
+# one each. The zygote pays it once; tests/src/moto.rs asks it for a fresh server by fork.
+.venv/bin/python scripts/moto_serial.py --zygote "$zygote_dir/moto.sock" >"$zygote_dir/log" 2>&1 &
+zygote_pid=$!
+for _ in $(seq 1 600); do
+    [ -S "$zygote_dir/moto.sock" ] && break
+    if ! kill -0 "$zygote_pid" 2>/dev/null; then
+        cat "$zygote_dir/log"
+        echo "test.sh: the moto zygote exited before it was ready, see above" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+[ -S "$zygote_dir/moto.sock" ] || { cat "$zygote_dir/log"; echo "test.sh: no moto zygote after 60 s" >&2; exit 1; }
+export AIRLOCK_MOTO_ZYGOTE="$zygote_dir/moto.sock"
 
 echo "== tests"
 # cargo-nextest (on the toolchain's machines; .config/nextest.toml) runs the tests of every

@@ -10,9 +10,15 @@
 //! request to a service by the SigV4 `Authorization` header, so clients must sign (an
 //! unsigned request lands in moto's S3). State is kept per region: use the same region
 //! ([`Moto::REGION`]) for setup and for the code under test.
+//!
+//! With `AIRLOCK_MOTO_ZYGOTE` set (the test command sets it), a server is forked from a
+//! warmed moto process listening on that Unix socket (`scripts/moto_serial.py --zygote`)
+//! instead of started from scratch: the same fresh, empty server in its own process, ready
+//! in milliseconds instead of about 1.5 s of CPU.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,7 +37,77 @@ pub struct Moto {
     /// The server's stdout and stderr (one line per request); kept if a test panics.
     pub log: PathBuf,
     dir: PathBuf,
-    child: Option<Child>,
+    process: Option<Process>,
+}
+
+/// The server's process: our child, or a child of the zygote.
+enum Process {
+    Child(Child),
+    Forked { pid: u32, zygote: PathBuf },
+}
+
+impl Process {
+    fn id(&self) -> u32 {
+        match self {
+            Process::Child(c) => c.id(),
+            Process::Forked { pid, .. } => *pid,
+        }
+    }
+
+    /// `Some(how)` once the process has exited.
+    fn exited(&mut self) -> Option<String> {
+        match self {
+            Process::Child(c) => c.try_wait().ok().flatten().map(|s| s.to_string()),
+            Process::Forked { pid, zygote } => {
+                let answer = zygote_request(zygote, &format!("status {pid}"));
+                (answer != "running").then_some(answer)
+            }
+        }
+    }
+
+    /// Kills and reaps it.
+    fn kill(self) {
+        match self {
+            Process::Child(mut c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            // Also called while a test panics (drop): no second panic.
+            Process::Forked { pid, zygote } => {
+                if let Err(e) = try_zygote_request(&zygote, &format!("kill {pid}")) {
+                    eprintln!("moto server {pid} not killed by the zygote: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// One request to the zygote (see `scripts/moto_serial.py`): one line out, one line back.
+fn try_zygote_request(zygote: &Path, request: &str) -> std::io::Result<String> {
+    let mut s = UnixStream::connect(zygote)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.write_all(format!("{request}\n").as_bytes())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    Ok(answer.trim().to_string())
+}
+
+/// [`try_zygote_request`], failing loudly: a zygote named but not answering is a broken
+/// test machine, not a reason to start servers another way.
+fn zygote_request(zygote: &Path, request: &str) -> String {
+    try_zygote_request(zygote, request).unwrap_or_else(|e| {
+        panic!(
+            "the moto zygote at {} (AIRLOCK_MOTO_ZYGOTE) did not answer `{request}`: {e}",
+            zygote.display()
+        )
+    })
+}
+
+/// The zygote's socket, when the environment names one.
+fn zygote() -> Option<PathBuf> {
+    std::env::var_os("AIRLOCK_MOTO_ZYGOTE")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
 }
 
 impl Moto {
@@ -115,31 +191,43 @@ impl Moto {
         std::fs::create_dir_all(&dir).map_err(|e| format!("temp dir {}: {e}", dir.display()))?;
         let log = dir.join("moto.log");
         let out = std::fs::File::create(&log).map_err(|e| format!("log file: {e}"))?;
-        let err = out.try_clone().map_err(|e| format!("log file: {e}"))?;
-        let child = Self::command(bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .env_remove("MOTO_PORT")
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+        let process = match zygote() {
+            Some(zygote) => {
+                let (Some(log_path), Some(cwd)) = (log.to_str(), dir.to_str()) else {
+                    return Err(format!("a path the zygote cannot take: {}", dir.display()));
+                };
+                let answer = zygote_request(&zygote, &format!("start {port} {log_path} {cwd}"));
+                let pid = answer
+                    .strip_prefix("pid ")
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_else(|| panic!("the moto zygote answered `{answer}` to start"));
+                Process::Forked { pid, zygote }
+            }
+            None => {
+                let err = out.try_clone().map_err(|e| format!("log file: {e}"))?;
+                let child = Self::command(bin)
+                    .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                    .env_remove("MOTO_PORT")
+                    .current_dir(&dir)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::from(out))
+                    .stderr(Stdio::from(err))
+                    .spawn()
+                    .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+                Process::Child(child)
+            }
+        };
         let mut moto = Moto {
             endpoint: format!("http://127.0.0.1:{port}"),
             port,
             log,
             dir,
-            child: Some(child),
+            process: Some(process),
         };
         let start = Instant::now();
         loop {
-            if let Some(status) = moto
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                moto.child = None;
+            if let Some(status) = moto.process.as_mut().and_then(Process::exited) {
+                moto.process = None;
                 let e = format!("it exited with {status}; its log:\n{}", moto.log_text());
                 moto.remove_dir();
                 return Err(e);
@@ -186,7 +274,7 @@ impl Moto {
 
     /// The OS process id of the server, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.as_ref().map(Process::id)
     }
 
     /// Whether the server answers HTTP now.
@@ -217,9 +305,8 @@ impl Moto {
 
     /// Kills and reaps the server (idempotent; also done on drop).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(p) = self.process.take() {
+            p.kill();
         }
     }
 
