@@ -90,3 +90,119 @@ async fn moto_starts_answers_and_stops_on_drop() {
         "port {port} still accepts connections after drop"
     );
 }
+
+/// One AWS JSON call to `moto`; the parsed answer.
+async fn call(
+    moto: &Moto,
+    service: &str,
+    target: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let content_type = if service == "dynamodb" || service == "sqs" {
+        "application/x-amz-json-1.0"
+    } else {
+        "application/x-amz-json-1.1"
+    };
+    let r = reqwest::Client::new()
+        .post(format!("{}/", moto.endpoint))
+        .header("content-type", content_type)
+        .header("x-amz-target", target)
+        .header("x-amz-date", "20260101T000000Z")
+        .header("authorization", auth(service))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{target}: {e}"));
+    assert_eq!(r.status().as_u16(), 200, "{target}");
+    r.json().await.expect("json")
+}
+
+/// The tables of `moto`.
+async fn tables(moto: &Moto) -> serde_json::Value {
+    call(
+        moto,
+        "dynamodb",
+        "DynamoDB_20120810.ListTables",
+        serde_json::json!({}),
+    )
+    .await["TableNames"]
+        .clone()
+}
+
+/// Servers started one after another, or side by side, share nothing: with the test
+/// command's zygote (`AIRLOCK_MOTO_ZYGOTE`) each is a fork of one warmed process, and the
+/// warm-up's key and calls must not show in any of them.
+#[tokio::test]
+async fn every_server_starts_empty_and_alone() {
+    let Some(first) = Moto::start_or_skip() else {
+        return;
+    };
+    let Some(second) = Moto::start_or_skip() else {
+        return;
+    };
+    if std::env::var_os("AIRLOCK_MOTO_ZYGOTE").is_some_and(|z| !z.is_empty()) {
+        // Forked by the zygote, not spawned by this process.
+        let pid = first.pid().expect("running");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let ppid: u32 = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .expect("ppid");
+        assert_ne!(
+            ppid,
+            std::process::id(),
+            "the server is this test's own child"
+        );
+    }
+    for m in [&first, &second] {
+        let keys = call(m, "kms", "TrentService.ListKeys", serde_json::json!({})).await;
+        assert_eq!(keys["Keys"], serde_json::json!([]), "{keys}");
+        let queues = call(m, "sqs", "AmazonSQS.ListQueues", serde_json::json!({})).await;
+        assert!(
+            queues
+                .get("QueueUrls")
+                .is_none_or(|q| q == &serde_json::json!([])),
+            "{queues}"
+        );
+    }
+    call(
+        &first,
+        "dynamodb",
+        "DynamoDB_20120810.CreateTable",
+        serde_json::json!({
+            "TableName": "only-in-first",
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+            "BillingMode": "PAY_PER_REQUEST"
+        }),
+    )
+    .await;
+    call(
+        &first,
+        "kms",
+        "TrentService.CreateKey",
+        serde_json::json!({}),
+    )
+    .await;
+
+    assert_eq!(tables(&first).await, serde_json::json!(["only-in-first"]));
+    assert_eq!(tables(&second).await, serde_json::json!([]));
+    let keys = call(
+        &second,
+        "kms",
+        "TrentService.ListKeys",
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(keys["Keys"], serde_json::json!([]), "{keys}");
+
+    // A third server after the first is gone: empty too, and the second still answers.
+    drop(first);
+    let Some(third) = Moto::start_or_skip() else {
+        return;
+    };
+    assert_eq!(tables(&third).await, serde_json::json!([]));
+    assert!(second.is_up());
+}
