@@ -46,8 +46,8 @@ echo "== clippy (every target, warnings are errors): in the build itself"
 # of a clean run on two cores). Instead every build below runs the workspace's own crates
 # through clippy-driver, as `cargo clippy` does (RUSTC_WORKSPACE_WRAPPER, CLIPPY_ARGS), so
 # they are linted as they are compiled, the dependencies are compiled once, and the build
-# below covers what `cargo clippy --workspace --all-targets` did. The
-# probe proves the lints run and fail the build.
+# below covers what `cargo clippy --workspace --all-targets` did. The probe proves the lints
+# run and fail the build.
 clippy_driver="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
 export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"

@@ -193,9 +193,14 @@ impl Moto {
         let out = std::fs::File::create(&log).map_err(|e| format!("log file: {e}"))?;
         let process = match zygote() {
             Some(zygote) => {
+                // The zygote's protocol is words on a line: no spaces in the paths.
                 let (Some(log_path), Some(cwd)) = (log.to_str(), dir.to_str()) else {
-                    return Err(format!("a path the zygote cannot take: {}", dir.display()));
+                    panic!("a path the moto zygote cannot take: {}", dir.display());
                 };
+                assert!(
+                    !cwd.contains(char::is_whitespace),
+                    "a path the moto zygote cannot take (a space in it): {cwd}"
+                );
                 let answer = zygote_request(&zygote, &format!("start {port} {log_path} {cwd}"));
                 let pid = answer
                     .strip_prefix("pid ")
