@@ -12,6 +12,9 @@
 //! Options: `--duration SECS` (measured window of `reads`/`pairs`, default 10),
 //! `--clients N` (default 16), `--runs N` (fresh starts for `startup`, default 20),
 //! `--orders N` (bulk orders seeded for `startup`/`reads`, default 10000),
+//! `--read-paths /P,/P` (`reads`: paths from the server's root, default the four of
+//! `READ_PATHS` under the base path; `--read-paths /health` measures the HTTP floor: the
+//! same client and connections, the same middleware, no store, no token check),
 //! `--no-baseline` (skip the 1-client baseline runs), `--wait-idle SECS` (before each
 //! scenario, wait up to this long for other processes to leave the machine idle; default 120),
 //! `--workers on|off` (`AIRLOCK_WORKERS` of the `reads` and `pairs` servers; default `off`, as
@@ -94,6 +97,8 @@ struct Opts {
     /// `workers`: stream rates to run, plan+execute pairs per second over all clients;
     /// 0 = closed loop (each client as fast as it can).
     stream_rates: Vec<u64>,
+    /// `reads`: the paths from the server's root, taken in turn by each client.
+    read_paths: Vec<String>,
 }
 
 struct Row {
@@ -616,7 +621,8 @@ async fn run_reads(
     o: &Opts,
     duration: Duration,
 ) -> ReadResult {
-    let base = format!("{}{BASE}", s.base);
+    let base = s.base.clone();
+    let paths: Arc<Vec<String>> = Arc::new(o.read_paths.clone());
     let begin = Instant::now() + o.warmup;
     let end = begin + duration;
     let mut tasks = Vec::new();
@@ -632,10 +638,11 @@ async fn run_reads(
     }
     for w in 0..clients {
         let (base, service, operator) = (base.clone(), service.to_string(), operator.to_string());
+        let paths = paths.clone();
         tasks.push(tokio::spawn(async move {
             let http = http_client();
             let auth = format!("Bearer {service}");
-            let mut per_path = vec![Lat::default(); READ_PATHS.len()];
+            let mut per_path = vec![Lat::default(); paths.len()];
             let mut errors = Errors::default();
             let mut last = begin;
             let mut i = w;
@@ -644,10 +651,10 @@ async fn run_reads(
                 if t >= end {
                     break;
                 }
-                let p = i % READ_PATHS.len();
+                let p = i % paths.len();
                 i += 1;
                 let r = http
-                    .get(format!("{base}{}", READ_PATHS[p]))
+                    .get(format!("{base}{}", paths[p]))
                     .header("authorization", &auth)
                     .header("x-operator-token", &operator)
                     .send()
@@ -667,14 +674,14 @@ async fn run_reads(
                 per_path[p].push(done - t);
                 if status != 200 {
                     errors.add(format!("{status} {}", error_code(&body)), || {
-                        format!("GET {} -> {status} {}", READ_PATHS[p], truncate(&body, 300))
+                        format!("GET {} -> {status} {}", paths[p], truncate(&body, 300))
                     });
                 }
             }
             (per_path, errors, last)
         }));
     }
-    let mut per_path = vec![Lat::default(); READ_PATHS.len()];
+    let mut per_path = vec![Lat::default(); paths.len()];
     let mut errors = Errors::default();
     let mut last = begin;
     for t in tasks {
@@ -714,9 +721,9 @@ async fn bench_reads(o: &Opts) -> Vec<Row> {
     let operator = s.operator_token(TRADER, "trader", Some("energy"));
     // Sanity: every path answers 200 before we time anything.
     let http = http_client();
-    for p in READ_PATHS {
+    for p in &o.read_paths {
         let r = http
-            .get(s.url(p))
+            .get(format!("{}{p}", s.base))
             .header("authorization", format!("Bearer {service}"))
             .header("x-operator-token", &operator)
             .send()
@@ -773,7 +780,8 @@ async fn bench_reads(o: &Opts) -> Vec<Row> {
             ));
         }
         rows.push(info(b, &format!("{tag}: latency, all"), r.all.summary()));
-        for (p, l) in READ_PATHS.iter().zip(&r.per_path) {
+        for (p, l) in o.read_paths.iter().zip(&r.per_path) {
+            let p = p.strip_prefix(BASE).unwrap_or(p);
             rows.push(info(b, &format!("{tag}: latency, `{p}`"), l.summary()));
         }
         rows.extend(
@@ -2527,7 +2535,7 @@ async fn bench_aws_calls(_o: &Opts) -> Vec<Row> {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: airlock-bench <startup|reads|pairs|pairs-shared|workers|all|mcp|aws-calls> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off] [--queued N] [--stream-clients N] [--stream-secs SECS] [--stream-rates R,R]"
+        "usage: airlock-bench <startup|reads|pairs|pairs-shared|workers|all|mcp|aws-calls> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off] [--queued N] [--stream-clients N] [--stream-secs SECS] [--stream-rates R,R] [--read-paths /P,/P]"
     );
     std::process::exit(2)
 }
@@ -2555,6 +2563,7 @@ fn main() {
         stream_clients: 4,
         stream_secs: Duration::from_secs(20),
         stream_rates: vec![0, 50],
+        read_paths: READ_PATHS.iter().map(|p| format!("{BASE}{p}")).collect(),
     };
     while let Some(a) = args.next() {
         let mut num = || -> u64 {
@@ -2576,6 +2585,13 @@ fn main() {
                     .next()
                     .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
                     .filter(|v: &Vec<u64>| !v.is_empty())
+                    .unwrap_or_else(|| usage())
+            }
+            "--read-paths" => {
+                o.read_paths = args
+                    .next()
+                    .map(|v| v.split(',').map(|p| p.trim().to_string()).collect())
+                    .filter(|v: &Vec<String>| v.iter().all(|p| p.starts_with('/')))
                     .unwrap_or_else(|| usage())
             }
             "--wait-idle" => o.wait_idle = Duration::from_secs(num()),
