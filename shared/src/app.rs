@@ -119,6 +119,16 @@ impl AppState {
             queue: ports.queue.clone(),
             ledger: ports.ledger.clone(),
         };
+        // A configured public key: no signer call at all (no KMS `GetPublicKey` at cold
+        // start); else the signer's, fetched once. Plan tells it of the tokens it signs.
+        let confirmations = Arc::new(match &config.confirmation_public_key {
+            Some(key) => ConfirmationVerifier::with_public_key(
+                &config.confirmation_audience,
+                ports.signer.key_id(),
+                key,
+            ),
+            None => ConfirmationVerifier::new(&config.confirmation_audience, ports.signer.clone()),
+        });
         let plan = Planner {
             clock: clock.clone(),
             policy: policy.clone(),
@@ -131,6 +141,7 @@ impl AppState {
             plans: ports.plans.clone(),
             prices: ports.prices.clone(),
             signer: ports.signer.clone(),
+            confirmations: confirmations.clone(),
             approval_origin: config.approval_origin(),
         };
         let execute = Executor {
@@ -143,18 +154,7 @@ impl AppState {
                 config.orders_backlog_cache_ms,
                 config.orders_backlog_wait_ms,
             ),
-            // A configured public key: no signer call at all (no KMS `GetPublicKey` at cold
-            // start); else the signer's, fetched once.
-            confirmations: Arc::new(match &config.confirmation_public_key {
-                Some(key) => ConfirmationVerifier::with_public_key(
-                    &config.confirmation_audience,
-                    ports.signer.key_id(),
-                    key,
-                ),
-                None => {
-                    ConfirmationVerifier::new(&config.confirmation_audience, ports.signer.clone())
-                }
-            }),
+            confirmations: confirmations.clone(),
             ledger: ports.ledger.clone(),
             audit: ports.audit.clone(),
             accounts: ports.accounts.clone(),

@@ -444,7 +444,8 @@ fn bounded_list(name: &str, list: Vec<String>) -> Result<Vec<String>, String> {
 
 /// Tokens that verified, by SHA-256 of the token, until their `exp`: each request carries
 /// two tokens, and an ES256 check costs more than the rest of a read. A cached token is
-/// still refused once expired. Bounded: cleared when full.
+/// still refused once expired. Bounded: cleared when full. The confirmation verifier keeps
+/// the tokens its process signed in one too (`token::ConfirmationVerifier::issued`).
 pub struct VerifiedTokens<T> {
     map: std::sync::Mutex<HashMap<[u8; 32], (T, i64)>>,
 }
@@ -465,7 +466,7 @@ impl<T: Clone> VerifiedTokens<T> {
         sha2::Sha256::digest(token.as_bytes()).into()
     }
 
-    fn get(&self, token: &str, now_s: i64, skew_s: i64) -> Option<T> {
+    pub(crate) fn get(&self, token: &str, now_s: i64, skew_s: i64) -> Option<T> {
         let map = self.map.lock().ok()?;
         match map.get(&Self::key(token)) {
             Some((v, exp)) if now_s <= exp + skew_s => Some(v.clone()),
@@ -473,7 +474,7 @@ impl<T: Clone> VerifiedTokens<T> {
         }
     }
 
-    fn put(&self, token: &str, value: &T, exp: i64) {
+    pub(crate) fn put(&self, token: &str, value: &T, exp: i64) {
         if let Ok(mut map) = self.map.lock() {
             if map.len() >= TOKEN_CACHE_MAX {
                 map.clear();

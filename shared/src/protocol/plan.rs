@@ -46,6 +46,9 @@ pub struct Planner {
     pub plans: Arc<dyn PlanStore>,
     pub prices: Arc<dyn Prices>,
     pub signer: Arc<dyn Signer>,
+    /// Told of each token signed here, so an execute in the same process skips its ES256
+    /// check (the execute side's verifier, shared).
+    pub confirmations: Arc<crate::token::ConfirmationVerifier>,
     /// Where operators approve plans (`AIRLOCK_APPROVAL_ORIGIN`): the approval page of a
     /// plan is `<origin>/approvals/plans/<plan_id>`.
     pub approval_origin: String,
@@ -510,7 +513,9 @@ async fn plan(
             exp: expires_at.div_euclid(1000),
             jti: new_id("cft", now),
         };
-        Some(token::sign(state.signer.as_ref(), &claims).await?)
+        let token = token::sign(state.signer.as_ref(), &claims).await?;
+        state.confirmations.issued(&token, &claims);
+        Some(token)
     } else {
         None
     };
