@@ -1467,9 +1467,10 @@ fn tour_approvals(l: &mut Lambdas, symbol: &str) {
 /// the listings scan the accounts for the desks; a filter by account reads it; an action's
 /// status (with a wait, answered at once for a finished action, and an unknown one); the
 /// three plans (a sync and an order confirmed by token, so signed with the key; a limit
-/// order reads the reference price; a cancel reads the order); the sync and the order
-/// executed with their tokens (the snapshot, the atomic step, the send to each queue; the
-/// public key read to verify the tokens): the sync's send fails and its retried call
+/// order reads the reference price; a cancel reads the order); the order and a sync
+/// planned by the plan function executed with their tokens (the snapshot, the atomic step,
+/// the send to each queue; the public key read to verify the sync's token, which another
+/// process signed): the sync's send fails and its retried call
 /// resumes it (the lease taken, the action read, sent, the key and action marked sent), the
 /// order's retried call is a duplicate; an order planned under the default policy, whose
 /// retried execute_plan is held (reading the plan) until the operator approves it. Its
@@ -1529,12 +1530,17 @@ fn tour_mcp(w: &World, l: &mut Lambdas, symbol: &str, action_id: &str) {
         "{missing}"
     );
 
-    // Plans: the sync and the order confirmed by token (signed), a cancel.
-    let sync = l.tool_ok(
+    // Plans: the sync and the order confirmed by token (signed), a cancel. The sync is
+    // planned by the plan function: its token, signed in another process (as one made by
+    // another container of this function, when Lambda scales out), is verified here with
+    // the public key. A token this process signed itself needs no key (its bytes are
+    // remembered), so without that plan no run would show the key read.
+    l.tool_ok(
         &agent,
         "plan_positions_sync",
         json!({ "account_id": "ACC-1" }),
     );
+    let sync = l.plan(&agent, "positions.sync", json!({ "account_id": "ACC-1" }));
     // A limit order (its band reads the paper broker's price table) that crosses the
     // price set above: it fills.
     let order_plan = l.tool_ok(
