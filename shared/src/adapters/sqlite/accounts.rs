@@ -16,7 +16,7 @@ pub(super) fn account_row(r: &Row) -> rusqlite::Result<Account> {
         name: r.get(1)?,
         desk: r.get(2)?,
         currency: r.get(3)?,
-        status: parse(r.get(4)?)?,
+        status: parse(r, 4)?,
     })
 }
 

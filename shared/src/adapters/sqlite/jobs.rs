@@ -13,8 +13,8 @@ use rusqlite::Row;
 pub(super) fn job_row(r: &Row) -> rusqlite::Result<Job> {
     Ok(Job {
         job_id: r.get(0)?,
-        kind: parse(r.get(1)?)?,
-        status: parse(r.get(2)?)?,
+        kind: parse(r, 1)?,
+        status: parse(r, 2)?,
         account_id: r.get(3)?,
         action_id: r.get(4)?,
         created_at: r.get(5)?,

@@ -16,7 +16,7 @@ pub(super) fn position_row(r: &Row) -> rusqlite::Result<Position> {
         account_id: r.get(0)?,
         symbol: r.get(1)?,
         quantity: r.get(2)?,
-        avg_price: price(r.get(3)?)?,
+        avg_price: price(r, 3)?,
         updated_at: r.get(4)?,
     })
 }

@@ -47,23 +47,28 @@ pub(super) fn desk_clause(desks: &DeskScope, column: &str, args: &mut Vec<Value>
     }
 }
 
-pub(super) fn parse<T: std::str::FromStr<Err = String>>(s: String) -> rusqlite::Result<T> {
+/// Column `i` of `r`, text parsed as `T` (an enum's name): read in place, no `String`.
+pub(super) fn parse<T: std::str::FromStr<Err = String>>(r: &Row, i: usize) -> rusqlite::Result<T> {
+    let s = r.get_ref(i)?.as_str()?;
     s.parse::<T>().map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(
-            0,
+            i,
             rusqlite::types::Type::Text,
             format!("{s:?}: {e}").into(),
         )
     })
 }
 
-pub(super) fn price(s: Option<String>) -> rusqlite::Result<Option<Price>> {
-    s.map(|s| {
-        Price::parse(&s).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
+/// Column `i` of `r`, a price as text or NULL: read in place, no `String`.
+pub(super) fn price(r: &Row, i: usize) -> rusqlite::Result<Option<Price>> {
+    r.get_ref(i)?
+        .as_str_or_null()?
+        .map(|s| {
+            Price::parse(s).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+            })
         })
-    })
-    .transpose()
+        .transpose()
 }
 
 pub(super) fn query<T>(
