@@ -7,8 +7,8 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use crate::domain::{
-    rfc3339, Account, AccountStatus, ActionStatus, ActionType, Job, JobKind, JobStatus, Order,
-    OrderStatus, OrderType, Position, Price, QueueTarget, Side, TimeInForce,
+    Account, AccountStatus, ActionStatus, ActionType, Job, JobKind, JobStatus, Order, OrderStatus,
+    OrderType, Position, Price, QueueTarget, Rfc3339, Side, TimeInForce,
 };
 use crate::protocol::reads::Listing;
 use crate::records::{ActionRecord, ResourceRefs};
@@ -40,7 +40,8 @@ pub struct PositionView<'a> {
     pub symbol: &'a str,
     pub quantity: i64,
     pub avg_price: Option<Price>,
-    pub updated_at: String,
+    #[schemars(with = "String")]
+    pub updated_at: Rfc3339,
 }
 
 impl<'a> From<&'a Position> for PositionView<'a> {
@@ -50,7 +51,7 @@ impl<'a> From<&'a Position> for PositionView<'a> {
             symbol: &p.symbol,
             quantity: p.quantity,
             avg_price: p.avg_price,
-            updated_at: rfc3339(p.updated_at),
+            updated_at: Rfc3339(p.updated_at),
         }
     }
 }
@@ -70,8 +71,10 @@ pub struct OrderView<'a> {
     pub filled_quantity: u32,
     pub avg_fill_price: Option<Price>,
     pub action_id: Option<&'a str>,
-    pub created_at: String,
-    pub updated_at: String,
+    #[schemars(with = "String")]
+    pub created_at: Rfc3339,
+    #[schemars(with = "String")]
+    pub updated_at: Rfc3339,
 }
 
 impl<'a> From<&'a Order> for OrderView<'a> {
@@ -90,8 +93,8 @@ impl<'a> From<&'a Order> for OrderView<'a> {
             filled_quantity: o.filled_quantity,
             avg_fill_price: o.avg_fill_price,
             action_id: o.action_id.as_deref(),
-            created_at: rfc3339(o.created_at),
-            updated_at: rfc3339(o.updated_at),
+            created_at: Rfc3339(o.created_at),
+            updated_at: Rfc3339(o.updated_at),
         }
     }
 }
@@ -103,8 +106,10 @@ pub struct JobView<'a> {
     pub status: JobStatus,
     pub account_id: Option<&'a str>,
     pub action_id: Option<&'a str>,
-    pub created_at: String,
-    pub updated_at: String,
+    #[schemars(with = "String")]
+    pub created_at: Rfc3339,
+    #[schemars(with = "String")]
+    pub updated_at: Rfc3339,
     pub error: Option<&'a str>,
     pub result: Option<&'a serde_json::Value>,
 }
@@ -117,8 +122,8 @@ impl<'a> From<&'a Job> for JobView<'a> {
             status: j.status,
             account_id: j.account_id.as_deref(),
             action_id: j.action_id.as_deref(),
-            created_at: rfc3339(j.created_at),
-            updated_at: rfc3339(j.updated_at),
+            created_at: Rfc3339(j.created_at),
+            updated_at: Rfc3339(j.updated_at),
             error: j.error.as_deref(),
             result: j.result.as_ref(),
         }
@@ -134,8 +139,10 @@ pub struct ActionView<'a> {
     pub status: ActionStatus,
     pub queue_target: QueueTarget,
     pub resource_refs: &'a ResourceRefs,
-    pub created_at: String,
-    pub updated_at: String,
+    #[schemars(with = "String")]
+    pub created_at: Rfc3339,
+    #[schemars(with = "String")]
+    pub updated_at: Rfc3339,
     pub error: Option<&'a str>,
 }
 
@@ -148,8 +155,8 @@ impl<'a> From<&'a ActionRecord> for ActionView<'a> {
             status: a.status,
             queue_target: a.queue_target,
             resource_refs: &a.resource_refs,
-            created_at: rfc3339(a.created_at),
-            updated_at: rfc3339(a.updated_at),
+            created_at: Rfc3339(a.created_at),
+            updated_at: Rfc3339(a.updated_at),
             error: a.error.as_deref(),
         }
     }
