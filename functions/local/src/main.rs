@@ -13,13 +13,6 @@ macro_rules! out {
 mod check;
 mod commands;
 
-/// mimalloc, not glibc's malloc: under `pairs` glibc's malloc and free were about 12 % of
-/// the server's CPU across its threads, and mimalloc took 9 to 22 % off the CPU per pair,
-/// for about 10 MB more resident memory (BENCHMARKS.md, eighth part; docs/DECISIONS.md).
-/// The Lambdas keep the system allocator: one request at a time, their CPU is the SDK's.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
