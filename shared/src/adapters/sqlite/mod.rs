@@ -425,6 +425,31 @@ mod tests {
         assert_eq!(back, vec![plan, no_checks]);
     }
 
+    /// The bundled SQLite is built as `.cargo/config.toml` asks: without the process-wide
+    /// page cache and its lock (`ENABLE_MEMORY_MANAGEMENT`), without memory accounting.
+    /// A build that lost the setting (a cargo run outside the workspace's configuration)
+    /// fails here rather than quietly serializing every connection's page reads.
+    #[test]
+    fn sqlite_is_built_without_its_global_locks() {
+        let c = Connection::open_in_memory().unwrap();
+        let options: Vec<String> = c
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(options.iter().any(|o| o == "THREADSAFE=1"), "{options:?}");
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "{options:?}"
+        );
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
+    }
+
     /// A bound LIMIT makes SQLite prepare the statement again at each execution (its
     /// planner reads the bound value); the limit written into the text, as [`super::rows::limit`]
     /// writes it, keeps the cached statement prepared.
