@@ -79,11 +79,23 @@ impl Ports {
     }
 }
 
-/// What every front door gets (the REST handlers, the consumers, the CLI): the use cases,
-/// built once per process (per cold start in Lambda), each holding only the ports and
-/// settings it uses. `ports` is for the CLI and the demo seed; no use case sees it.
+/// What every front door gets (the REST handlers, the consumers, the CLI): the use cases
+/// ([`UseCases`], its fields read through this), built once per process (per cold start in
+/// Lambda). One `Arc`: axum clones the state for every request, and a clone of thirteen
+/// `Arc`s was thirteen shared counters moved up and down by both cores.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<UseCases>);
+
+impl std::ops::Deref for AppState {
+    type Target = UseCases;
+    fn deref(&self) -> &UseCases {
+        &self.0
+    }
+}
+
+/// The use cases, each holding only the ports and settings it uses. `ports` is for the
+/// CLI and the demo seed; no use case sees it.
+pub struct UseCases {
     pub config: Arc<Config>,
     pub clock: SharedClock,
     pub auth: Arc<Authenticator>,
@@ -100,7 +112,6 @@ pub struct AppState {
     pub approvals: Arc<Approvals>,
     /// The agent's tools (the MCP endpoint), on the same use cases.
     pub tools: Arc<crate::protocol::tools::Tools>,
-    /// Behind one `Arc`, as every field here: axum clones the state for each request.
     pub ports: Arc<Ports>,
 }
 
@@ -226,7 +237,7 @@ impl AppState {
             plans: ports.plans.clone(),
             clock: clock.clone(),
         };
-        AppState {
+        AppState(Arc::new(UseCases {
             approvals: Arc::new(approvals),
             tools: Arc::new(tools),
             config: Arc::new(config),
@@ -240,7 +251,7 @@ impl AppState {
             worker,
             sweeper: Arc::new(sweeper),
             ports: Arc::new(ports),
-        }
+        }))
     }
 
     /// The policy in force under this control record.

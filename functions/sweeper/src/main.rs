@@ -10,7 +10,7 @@ use lambda_runtime::{run, service_fn, LambdaEvent};
 async fn main() -> Result<(), lambda_runtime::Error> {
     telemetry::init();
     airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
-    let sweeper = app::from_env().await?.sweeper;
+    let sweeper = app::from_env().await?.sweeper.clone();
     let sweeper = sweeper.as_ref();
     run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
