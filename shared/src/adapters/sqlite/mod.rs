@@ -11,6 +11,7 @@ mod audit;
 mod control;
 mod jobs;
 mod ledger;
+mod lz4;
 mod orders;
 pub mod packed;
 mod paper;
