@@ -60,23 +60,73 @@ impl DictTable {
             return None;
         }
         thread_local! {
-            static SCRATCH: RefCell<(Vec<u8>, Box<[u16; TABLE_LEN]>)> =
-                RefCell::new((Vec::new(), Box::new([0u16; TABLE_LEN])));
+            static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
+                dict: std::ptr::null(),
+                buf: Vec::new(),
+                own: Box::new([0; TABLE_LEN]),
+                generation: 0,
+            });
         }
         Some(SCRATCH.with(|s| {
-            let (buf, table) = &mut *s.borrow_mut();
-            buf.clear();
-            buf.extend_from_slice(self.dict);
-            buf.extend_from_slice(input);
-            table.copy_from_slice(&self.table[..]);
-            encode(buf, start, table)
+            let s = &mut *s.borrow_mut();
+            // The buffer keeps the dictionary from the last call (its bytes are 'static
+            // and never change); only the body is copied in.
+            if s.dict != self.dict.as_ptr() || s.buf.len() < start {
+                s.buf.clear();
+                s.buf.extend_from_slice(self.dict);
+                s.dict = self.dict.as_ptr();
+            }
+            s.buf.truncate(start);
+            s.buf.extend_from_slice(input);
+            s.generation += 1;
+            if s.generation > u16::MAX as u32 {
+                s.own.fill(0);
+                s.generation = 1;
+            }
+            let mut table = Positions {
+                dict: &self.table,
+                own: &mut s.own,
+                generation: s.generation,
+            };
+            encode(&s.buf, start, &mut table)
         }))
     }
 }
 
+/// A thread's buffer (the dictionary, then the body) and table of the body's positions.
+struct Scratch {
+    dict: *const u8,
+    buf: Vec<u8>,
+    own: Box<[u32; TABLE_LEN]>,
+    generation: u32,
+}
+
+/// The last position seen for each hash: the body's own (entries stamped with this
+/// call's generation) over the dictionary's, so no call copies the dictionary's table.
+struct Positions<'a> {
+    dict: &'a [u16; TABLE_LEN],
+    own: &'a mut [u32; TABLE_LEN],
+    generation: u32,
+}
+
+impl Positions<'_> {
+    fn get(&self, h: usize) -> usize {
+        let e = self.own[h];
+        if e >> 16 == self.generation {
+            (e & 0xFFFF) as usize
+        } else {
+            self.dict[h] as usize
+        }
+    }
+
+    fn set(&mut self, h: usize, pos: usize) {
+        self.own[h] = (self.generation << 16) | pos as u32;
+    }
+}
+
 /// Encodes `buf[start..]` as one LZ4 block whose matches may reach back into
-/// `buf[..start]` (the dictionary), `table` holding the dictionary's positions.
-fn encode(buf: &[u8], start: usize, table: &mut [u16; TABLE_LEN]) -> Vec<u8> {
+/// `buf[..start]` (the dictionary), `table` starting with the dictionary's positions.
+fn encode(buf: &[u8], start: usize, table: &mut Positions<'_>) -> Vec<u8> {
     let end = buf.len();
     let mut out = Vec::with_capacity(16 + (end - start) / 2);
     let mut anchor = start;
@@ -86,8 +136,8 @@ fn encode(buf: &[u8], start: usize, table: &mut [u16; TABLE_LEN]) -> Vec<u8> {
     while i + MF_LIMIT < end {
         let v = read_u32(buf, i);
         let h = hash(v);
-        let mut cand = table[h] as usize;
-        table[h] = i as u16;
+        let mut cand = table.get(h);
+        table.set(h, i);
         if cand >= i || read_u32(buf, cand) != v {
             // LZ4's acceleration: the longer no match is found, the larger the step.
             i += 1 + ((i - anchor) >> 6);
@@ -108,7 +158,7 @@ fn encode(buf: &[u8], start: usize, table: &mut [u16; TABLE_LEN]) -> Vec<u8> {
         anchor = i;
         if i + MF_LIMIT < end {
             // The position just before the next one, as the reference encoder does.
-            table[hash(read_u32(buf, i - 2))] = (i - 2) as u16;
+            table.set(hash(read_u32(buf, i - 2)), i - 2);
         }
     }
     last_literals(&mut out, &buf[anchor..]);
@@ -191,6 +241,21 @@ mod tests {
         ];
         for c in &cases {
             round_trip(c);
+        }
+    }
+
+    #[test]
+    fn positions_of_earlier_bodies_are_never_used() {
+        // Each call's own positions are stamped with its generation; after 65,535 calls
+        // the stamps start again from a cleared table. Bodies on either side of the wrap,
+        // each unlike the one before, read back.
+        for n in 0..66_000u32 {
+            let body = format!("{{\"n\":{n},\"status\":\"queued\",\"pad\":\"{}\"}}", n % 97);
+            if n % 5_000 == 0 || (65_530..65_540).contains(&n) {
+                round_trip(body.as_bytes());
+            } else {
+                table().compress(body.as_bytes()).expect("fits");
+            }
         }
     }
 
