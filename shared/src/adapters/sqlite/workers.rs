@@ -19,7 +19,11 @@ impl WorkerStore for Sqlite {
     async fn create_order(&self, order: &Order) -> StoreResult<Order> {
         let order = order.clone();
         self.write(move |tx| {
-            put_order(tx, &order, false)?;
+            // Inserted: the row is this order (no read back on the writer thread).
+            // Ignored: an earlier delivery created it; that one is the order.
+            if put_order(tx, &order, false)? == 1 {
+                return Ok(order);
+            }
             load_order(tx, &order.order_id)?
                 .ok_or_else(|| StoreError::Corrupt("order vanished".into()))
         })
