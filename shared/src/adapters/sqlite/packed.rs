@@ -3,7 +3,9 @@
 //! compressed against a fixed dictionary of typical bodies (`body-dict-1.txt`, built into
 //! the binary): a body shares its field names, enum values and check reasons with the
 //! dictionary, so about 6 KB of JSON per plan and execute stores in about 1.7 KB.
-//! Compression and decompression take a few microseconds per body.
+//! Compression and decompression take a few microseconds per body: bodies are packed by
+//! the encoder in `lz4.rs`, which hashes the dictionary once per process, and read
+//! by `lz4_flex`.
 //!
 //! The format is `[1][uncompressed length, u32 little-endian][LZ4 block]`. The first byte
 //! names the dictionary: the dictionary file must never change once released; a better one
