@@ -260,10 +260,21 @@ mod tests {
     }
 
     #[test]
-    fn too_long_for_16_bit_positions_is_refused() {
-        assert!(table()
-            .compress(&vec![b'x'; MAX_WINDOW - DICT.len()])
-            .is_some());
+    fn bodies_up_to_the_16_bit_limit_read_back_and_longer_are_refused() {
+        round_trip(&vec![b'x'; MAX_WINDOW - DICT.len()]);
+        // The longest body: a filler of high bytes that matches only itself (so the
+        // encoder never speeds up past the end), then the dictionary's first 300 bytes, a
+        // match whose offset reaches back almost 64 KB.
+        let mut far: Vec<u8> = (0..MAX_WINDOW - DICT.len() - 320)
+            .map(|i| 0x80 + (i % 127) as u8)
+            .collect();
+        far.extend_from_slice(&DICT[..300]);
+        far.extend_from_slice(&[b'}'; 20]);
+        let block = round_trip(&far);
+        // The filler: 127 literals and one long match (a byte per 255 of its length).
+        // With the far match the rest takes a few bytes; without it, 300 literals.
+        let filler = 127 + far.len() / 255;
+        assert!(block.len() < filler + 100, "{} bytes", block.len());
         assert!(table()
             .compress(&vec![b'x'; MAX_WINDOW - DICT.len() + 1])
             .is_none());
