@@ -462,12 +462,31 @@ pub struct PositionChange {
     pub new: Position,
 }
 
+/// What a create-if-absent found: the record it wrote, or the one an earlier call stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored<T> {
+    Created(T),
+    Found(T),
+}
+
+impl<T> Stored<T> {
+    pub fn into_inner(self) -> T {
+        match self {
+            Stored::Created(t) | Stored::Found(t) => t,
+        }
+    }
+}
+
 /// The workers' writes. Each call is atomic and conditional on the state the worker read,
 /// so a redelivered or concurrent message can never apply the same step twice.
 #[async_trait]
 pub trait WorkerStore: Send + Sync {
-    /// Creates the order if absent; returns the stored order either way.
-    async fn create_order(&self, order: &Order) -> StoreResult<Order>;
+    /// Creates the order if absent, together with the exposure change of the step from the
+    /// order as execute reserved it (`queued`, nothing filled) to `order`
+    /// ([`ExposureDelta::of_order_step`]): none for `queued`, a claim for the broker for
+    /// `submitted`, the reservation released for `rejected`. `Found`: an earlier delivery
+    /// created it; nothing was written. An order with fills is refused (`Corrupt`).
+    async fn create_order(&self, order: &Order) -> StoreResult<Stored<Order>>;
     /// Replaces the order `prev` with `next` if its status is still `prev.status`, together
     /// with the position change its fill causes and the exposure change of the step
     /// ([`ExposureDelta::of_order_step`]). `false`: another delivery moved it first;

@@ -22,7 +22,7 @@ use airlock::domain::{
 };
 use airlock::ports::{
     CommitOutcome, Conflict, ExecuteCommit, KeyCondition, Page, PaperBookStore, PlanChange,
-    PositionChange, PositionsReplacement, Reservation, Signer,
+    PositionChange, PositionsReplacement, Reservation, Signer, Stored,
 };
 use airlock::records::{
     ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
@@ -1004,11 +1004,24 @@ async fn advance_order_is_conditional(b: Backend) {
     assert_eq!(ex().await, exposure(0, 5, 0));
 
     let queued = order(OrderStatus::Queued, 0);
-    assert_eq!(w.create_order(&queued).await.unwrap(), queued);
-    // Created once: a second create returns the stored order.
+    assert_eq!(
+        w.create_order(&queued).await.unwrap(),
+        Stored::Created(queued.clone())
+    );
+    // Created once: a second create returns the stored order and writes nothing.
     let mut other = queued.clone();
     other.terms.quantity = 9;
-    assert_eq!(w.create_order(&other).await.unwrap(), queued);
+    assert_eq!(
+        w.create_order(&other).await.unwrap(),
+        Stored::Found(queued.clone())
+    );
+    let claimed = order(OrderStatus::Submitted, 0);
+    assert_eq!(
+        w.create_order(&claimed).await.unwrap(),
+        Stored::Found(queued.clone()),
+        "a create claimed for the broker over a stored order"
+    );
+    assert_eq!(ex().await, exposure(0, 5, 0));
 
     let submitted = order(OrderStatus::Submitted, 0);
     assert!(w.advance_order(&queued, &submitted, None).await.unwrap());
@@ -1444,6 +1457,17 @@ both!(a_sync_replaces_more_positions_than_one_transaction_holds);
 /// positions may hold before the order records it): a sync does not replace the position
 /// of a contract while one of its orders is `submitted`, and does once it is recorded.
 async fn a_sync_waits_for_orders_claimed_for_the_broker(b: Backend) {
+    a_sync_waits_for_a_claimed_order(b, false).await
+}
+both!(a_sync_waits_for_orders_claimed_for_the_broker);
+
+/// The same, for an order created already claimed (the order worker's first delivery).
+async fn a_sync_waits_for_orders_created_claimed(b: Backend) {
+    a_sync_waits_for_a_claimed_order(b, true).await
+}
+both!(a_sync_waits_for_orders_created_claimed);
+
+async fn a_sync_waits_for_a_claimed_order(b: Backend, created_claimed: bool) {
     let e = env(b).await;
     let w = &e.p.workers;
     e.p.read_models
@@ -1451,9 +1475,16 @@ async fn a_sync_waits_for_orders_claimed_for_the_broker(b: Backend) {
         .await
         .unwrap();
     let queued = order(OrderStatus::Queued, 0);
-    w.create_order(&queued).await.unwrap();
     let submitted = order(OrderStatus::Submitted, 0);
-    assert!(w.advance_order(&queued, &submitted, None).await.unwrap());
+    if created_claimed {
+        assert_eq!(
+            w.create_order(&submitted).await.unwrap(),
+            Stored::Created(submitted.clone())
+        );
+    } else {
+        w.create_order(&queued).await.unwrap();
+        assert!(w.advance_order(&queued, &submitted, None).await.unwrap());
+    }
     let running = Job {
         job_id: "job-race".into(),
         kind: JobKind::PositionsSync,
@@ -1556,7 +1587,51 @@ async fn a_sync_waits_for_orders_claimed_for_the_broker(b: Backend) {
         "counted once"
     );
 }
-both!(a_sync_waits_for_orders_claimed_for_the_broker);
+
+/// An order created in a later state than `queued` moves the exposure as the step from
+/// what execute reserved would: created `rejected` (never sent), its reservation is
+/// released at once; created with fills, it is refused; a second create moves nothing.
+async fn create_order_applies_its_step_from_the_reservation(b: Backend) {
+    let e = env(b).await;
+    let w = &e.p.workers;
+    let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
+    e.p.read_models
+        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
+        .await
+        .unwrap();
+    let mut c = bare("k-created");
+    c.reserve = Some(buy("ACC-W", 10, 5));
+    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    assert_eq!(ex().await, exposure(0, 5, 0));
+
+    let filled = order(OrderStatus::Filled, 5);
+    assert!(
+        w.create_order(&filled).await.is_err(),
+        "an order created with fills"
+    );
+    assert_eq!(e.p.orders.get_order("ord-w").await.unwrap(), None);
+
+    let rejected = order(OrderStatus::Rejected, 0);
+    assert_eq!(
+        w.create_order(&rejected).await.unwrap(),
+        Stored::Created(rejected.clone())
+    );
+    assert_eq!(ex().await, exposure(0, 0, 0), "the reservation stays held");
+    // A redelivery's claim finds it rejected: nothing moves.
+    assert_eq!(
+        w.create_order(&order(OrderStatus::Submitted, 0))
+            .await
+            .unwrap(),
+        Stored::Found(rejected.clone())
+    );
+    assert_eq!(
+        w.create_order(&rejected).await.unwrap(),
+        Stored::Found(rejected.clone())
+    );
+    assert_eq!(ex().await, exposure(0, 0, 0), "released twice");
+    assert_eq!(e.p.orders.get_order("ord-w").await.unwrap(), Some(rejected));
+}
+both!(create_order_applies_its_step_from_the_reservation);
 
 /// Reconciliation's listing: the orders at the broker (submitted, working, partially
 /// filled) of an account or of all, and no other; an order leaves it when it ends.

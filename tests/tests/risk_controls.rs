@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use airlock_tests::{both, Api, Backend, Resp, Server, MARKET_OPEN};
+use airlock_tests::{both, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 
@@ -52,11 +52,15 @@ fn names_check(r: &Resp, name: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn write_policy(s: &Server, mut policy: Value) -> String {
+fn write_policy(s: &Server, policy: Value) -> String {
+    write_policy_in(&s.state_dir, policy)
+}
+
+fn write_policy_in(state_dir: &std::path::Path, mut policy: Value) -> String {
     // These suites confirm orders with the plan's token (the approval suites cover the
     // operator's page).
     policy["confirmation"] = serde_json::json!({ "order.submit.cl": "token" });
-    let file = s.state_dir.join(format!(
+    let file = state_dir.join(format!(
         "policy-{}.json",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -365,6 +369,53 @@ async fn the_worker_checks_the_position_limit_before_the_broker(b: Backend) {
         book["orders"].get(&order_id).is_none(),
         "the broker saw the order: {book}"
     );
+    // The refused order's contracts were released: 5 fit under the new limit.
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 5)).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
+}
+
+both!(a_claimed_order_redelivered_after_a_crash_is_checked_again);
+/// The worker's last checks follow its claim: a worker that claimed an order and died
+/// before the broker (failpoint `worker.before_broker`) leaves it `submitted`; the limit
+/// drops to 5 while it is down; the redelivery, once the claim is abandoned, runs the
+/// whole gate again (not only the kill switch) and does not send the order.
+async fn a_claimed_order_redelivered_after_a_crash_is_checked_again(b: Backend) {
+    let s = Stack::new(b).start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_FAILPOINTS", "worker.before_broker"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ]);
+    let t = s.trader();
+    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 10)).await;
+    let e = t.execute(&p, "gate-claimed").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    let action_id = e["action_id"].as_str().unwrap().to_string();
+    let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
+    let stack = s.wait_exit(Duration::from_secs(30));
+    let file = write_policy_in(
+        &stack.state_dir,
+        json!({ "version": "tight", "max_position": 5 }),
+    );
+    stack.cli(&[("AIRLOCK_NOW", MARKET_OPEN)], &["policy", "set", &file]);
+    // Two minutes later: the claim is older than the visibility timeout.
+    let later = "2026-11-23T15:02:00Z";
+    let s = stack.start(&[
+        ("AIRLOCK_NOW", later),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ]);
+    let t = s.trader();
+    let r = t.settled(&action_id).await;
+    assert_eq!(r["status"], "failed", "{:?}", r.body);
+    assert!(
+        r.body.to_string().contains("position_limit"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(t.order(&order_id).await["status"], "rejected");
+    assert_eq!(broker_order_count(&s), 0, "the broker saw the order");
     // The refused order's contracts were released: 5 fit under the new limit.
     let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 5)).await;
     assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);

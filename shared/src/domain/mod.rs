@@ -625,6 +625,19 @@ impl ExposureDelta {
         }
     }
 
+    /// What creating `order` does to the exposure: the step from the order as execute
+    /// reserved it (`queued`, nothing filled) to `order`. Creating it `queued` changes
+    /// nothing; `submitted` claims it for the broker; `rejected` releases the reservation.
+    pub fn of_order_created(order: &Order) -> Self {
+        let reserved = Order {
+            status: OrderStatus::Queued,
+            filled_quantity: 0,
+            avg_fill_price: None,
+            ..order.clone()
+        };
+        Self::of_order_step(&reserved, order)
+    }
+
     pub fn is_zero(&self) -> bool {
         self.position == 0 && self.open_buy == 0 && self.open_sell == 0 && self.submitting == 0
     }

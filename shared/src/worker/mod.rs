@@ -4,10 +4,11 @@
 //! Lambdas (SQS events, partial batch failures).
 //!
 //! Exactly once towards the broker: the order record is created by a conditional write
-//! keyed by the order id chosen at execute; `queued -> submitted` is claimed before the
-//! broker call, and the broker deduplicates on the client order id (= order id), so a
-//! redelivered message, or one whose worker died after the broker accepted the order,
-//! never becomes a second order. Every later step is conditional on the state read.
+//! keyed by the order id chosen at execute, already claimed for the broker (`submitted`)
+//! before the last checks and the broker call, and the broker deduplicates on the client
+//! order id (= order id), so a redelivered message, or one whose worker died after the
+//! broker accepted the order, never becomes a second order. Every later step is
+//! conditional on the state read.
 
 pub mod consumer;
 pub mod dead_letters;
@@ -32,7 +33,7 @@ use crate::ports::broker::{BrokerOrder, BrokerStatus};
 use crate::ports::{
     AccountStore, ActionStore, ControlStore, OrderStore, PositionStore, WorkerStore,
 };
-use crate::ports::{Page, PositionChange, PositionsReplacement};
+use crate::ports::{Page, PositionChange, PositionsReplacement, Stored};
 use crate::records::{ActionRecord, QueueMessage, QUEUE_MESSAGE_SCHEMA};
 
 const ROUNDS: usize = 16;
@@ -267,21 +268,34 @@ async fn process(st: &Worker, body: &str) -> Result<Outcome, ApiError> {
         return Ok(Outcome::AlreadyDone);
     }
     let now = st.clock.now_ms();
-    st.store
-        .set_action_status(
-            &msg.action_id,
-            &[ActionStatus::Queued],
-            ActionStatus::Processing,
-            None,
-            now,
-        )
-        .await?;
+    // The action moves to `processing`; an order submission's order is created, claimed
+    // for the broker, beside it: two independent writes side by side (on SQLite the writer
+    // commits them together).
+    let processing = async {
+        st.store
+            .set_action_status(
+                &msg.action_id,
+                &[ActionStatus::Queued],
+                ActionStatus::Processing,
+                None,
+                now,
+            )
+            .await
+            .map_err(ApiError::from)
+    };
+    let claim = async {
+        match msg.action_type {
+            ActionType::OrderSubmitCl => claim_order(st, msg, now).await.map(Some),
+            _ => Ok(None),
+        }
+    };
+    let (_, claimed) = tokio::try_join!(processing, claim)?;
     if crate::failpoint::hit("worker.slow") && msg.trace.tool_call_id.as_deref() == Some("slow") {
         // Test-only: a message whose handling takes 6 s (a slow broker, say).
         tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     }
     let outcome = match msg.action_type {
-        ActionType::OrderSubmitCl => submit(st, msg).await?,
+        ActionType::OrderSubmitCl => submit(st, msg, claimed).await?,
         ActionType::OrderCancel => cancel(st, msg).await?,
         ActionType::PositionsSync => sync(st, msg).await?,
     };
@@ -413,11 +427,11 @@ async fn give_up_order(
         let now = st.clock.now_ms();
         let order = match st.orders.get_order(order_id).await? {
             Some(o) => o,
-            None => {
-                st.store
-                    .create_order(&new_order(&action.message, now)?)
-                    .await?
-            }
+            None => st
+                .store
+                .create_order(&new_order(&action.message, now)?)
+                .await?
+                .into_inner(),
         };
         match order.status {
             OrderStatus::Queued => {
@@ -523,21 +537,24 @@ fn engaged(control: &crate::records::Control, order_id: &str) -> Option<String> 
     ))
 }
 
-/// The worker's last check before an order first goes to the broker: the kill switch,
-/// then the position limit against the worst case with open orders (this order's own
-/// contracts were reserved at execute), under the policy in force now. A policy lowered,
-/// or a sync that raised the position, since execute stops the order here. `Some(error)`:
-/// do not send it.
+/// The worker's last check before an order goes to the broker, made after its claim: the
+/// kill switch, the account's status and the market rules, then the position limit
+/// against the worst case with open orders (this order's own contracts were reserved at
+/// execute), under the policy in force now. A kill switch engaged, a policy lowered, or a
+/// sync that raised the position, since execute stops the order here. `Some(error)`: do
+/// not send it.
 async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option<String>, ApiError> {
-    // One read of the control record for both the kill switch and the policy in force.
-    let control = st.control.get_control().await?;
+    // Its three reads side by side: one of the control record for both the kill switch
+    // and the policy in force, the exposure, the account.
+    let account_id = &order.terms.account_id;
+    let (control, exposure, account) = tokio::try_join!(
+        st.control.get_control(),
+        st.positions.get_exposure(account_id, &order.terms.symbol),
+        st.accounts.get_account(account_id),
+    )?;
     if let Some(why) = engaged(&control, &order.order_id) {
         return Ok(Some(why));
     }
-    let exposure = st
-        .positions
-        .get_exposure(&order.terms.account_id, &order.terms.symbol)
-        .await?;
     let request = crate::domain::OrderSubmitCl {
         account_id: crate::domain::Ident::parse(&order.terms.account_id).map_err(bad_message)?,
         symbol: order.terms.symbol.clone(),
@@ -558,7 +575,6 @@ async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option<String>, A
         exposure,
         reference: None,
     };
-    let account = st.accounts.get_account(&order.terms.account_id).await?;
     if let Some(a) = account.filter(|a| a.status != crate::domain::AccountStatus::Active) {
         return Ok(Some(format!(
             "policy_violation: account_allowed: account {} is {}; order {} was not sent to the broker",
@@ -656,10 +672,15 @@ pub(crate) async fn reject_unsent_order(
     }
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
-        let order = st
-            .store
-            .create_order(&new_order(&action.message, now)?)
-            .await?;
+        let unsent = Order {
+            status: OrderStatus::Rejected,
+            ..new_order(&action.message, now)?
+        };
+        // Never delivered: the order is created rejected, releasing the reservation.
+        let order = match st.store.create_order(&unsent).await? {
+            Stored::Created(_) => return Ok(true),
+            Stored::Found(order) => order,
+        };
         match order.status {
             OrderStatus::Queued => {
                 if reject_unsent(st, &order, now).await? {
@@ -766,37 +787,66 @@ async fn reload(st: &Worker, order_id: &str) -> Result<Order, ApiError> {
         .ok_or_else(|| ApiError::internal(format!("order {order_id} vanished")))
 }
 
-async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
-    let fresh = new_order(msg, st.clock.now_ms())?;
-    let order_id = fresh.order_id.clone();
-    let mut order = st.store.create_order(&fresh).await?;
-    // Whether this delivery made the claim: then nobody else can be sending the order.
-    let mut claimed_here = false;
+/// Creates a submission's order claimed for the broker (`submitted`) in one write, or
+/// finds the one an earlier delivery created. The gate runs after the claim, as the last
+/// step before the broker.
+async fn claim_order(
+    st: &Worker,
+    msg: &QueueMessage,
+    now: Millis,
+) -> Result<Stored<Order>, ApiError> {
+    let claim = Order {
+        status: OrderStatus::Submitted,
+        ..new_order(msg, now)?
+    };
+    Ok(st.store.create_order(&claim).await?)
+}
+
+/// `claimed`: the order as [`claim_order`] created or found it (made beside the action's
+/// move to `processing`).
+async fn submit(
+    st: &Worker,
+    msg: &QueueMessage,
+    claimed: Option<Stored<Order>>,
+) -> Result<Outcome, ApiError> {
+    let claimed = match claimed {
+        Some(c) => c,
+        None => claim_order(st, msg, st.clock.now_ms()).await?,
+    };
+    // Whether this delivery made the claim (then nobody else can be sending the order),
+    // and whether it sent the order to the broker.
+    let (mut order, mut claimed_here) = match claimed {
+        Stored::Created(order) => (order, true),
+        Stored::Found(order) => (order, false),
+    };
+    let order_id = order.order_id.clone();
+    let mut sent_here = false;
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
         match order.status {
+            // Created by a path that does not claim (a last attempt's or the sweeper's,
+            // which reject it at once): claim it; the gate follows.
             OrderStatus::Queued => {
-                if let Some(why) = pre_broker_gate(st, &order).await? {
+                let next = Order {
+                    status: OrderStatus::Submitted,
+                    updated_at: now.max(order.updated_at),
+                    ..order.clone()
+                };
+                claimed_here = st.store.advance_order(&order, &next, None).await?;
+                if claimed_here {
+                    // Our write is the order's state now: no need to read it back.
+                    order = next;
+                    continue;
+                }
+            }
+            OrderStatus::Submitted => match pre_broker_gate(st, &order).await? {
+                // Claimed by this delivery and not sent: the broker cannot have it.
+                Some(why) if claimed_here && !sent_here => {
                     if reject_unsent(st, &order, now).await? {
                         return Ok(Outcome::Failed(why));
                     }
-                } else {
-                    // Claim the send before calling the broker.
-                    let next = Order {
-                        status: OrderStatus::Submitted,
-                        updated_at: now.max(order.updated_at),
-                        ..order.clone()
-                    };
-                    claimed_here = st.store.advance_order(&order, &next, None).await?;
-                    if claimed_here {
-                        // Our write is the order's state now: no need to read it back.
-                        order = next;
-                        continue;
-                    }
                 }
-            }
-            OrderStatus::Submitted => match kill_switch(st, &order_id).await? {
-                // Claimed, by us or by a worker that died: the broker may have it already.
+                // Claimed by an earlier delivery (or sent): the broker may have it already.
                 Some(why) => match st.broker.order(&order.terms.account_id, &order_id).await? {
                     Some(ack) => {
                         record(st, &order, &ack, now).await?;
@@ -823,6 +873,7 @@ async fn submit(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
                     }
                     // The broker deduplicates on the client order id: a resend is not a new
                     // order.
+                    sent_here = true;
                     let ack = st.broker.submit(&to_broker(&order)).await?;
                     if crate::failpoint::hit("worker.after_broker") {
                         // Test-only: the worker dies after the broker accepted the order.

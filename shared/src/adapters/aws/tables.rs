@@ -11,7 +11,7 @@ pub(super) const CONFLICT_TRIES: u32 = 3;
 use crate::auth::DeskScope;
 use crate::domain::Account;
 use crate::error::{StoreError, StoreResult};
-use crate::ports::TimeKey;
+use crate::ports::{Stored, TimeKey};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, TransactWriteItem, WriteRequest};
 use std::collections::{BTreeSet, HashMap};
 
@@ -275,7 +275,7 @@ impl Aws {
         key: &str,
         item: Item,
         record: &T,
-    ) -> StoreResult<T> {
+    ) -> StoreResult<Stored<T>> {
         let r = self
             .ddb
             .put_item()
@@ -286,13 +286,13 @@ impl Aws {
             .send()
             .await;
         match r {
-            Ok(_) => Ok(record.clone()),
+            Ok(_) => Ok(Stored::Created(record.clone())),
             Err(e) if is_condition_failure(&e) => {
                 let item = self
                     .get(table, &[(key_name, s(key))])
                     .await?
                     .ok_or_else(|| StoreError::Corrupt(format!("{key} vanished")))?;
-                from_body(&item)
+                from_body(&item).map(Stored::Found)
             }
             Err(e) => Err(unavailable("PutItem", &e)),
         }

@@ -1,28 +1,60 @@
 //! The workers' writes on DynamoDB; each call is one conditional transaction composed
 //! from the entity files' item builders.
 
-use super::ddb::{self, n, s};
+use super::ddb::{self, from_body, n, s};
 use super::jobs::job_item;
 use super::orders::order_item;
 use super::positions::position_put;
 use super::tables::built;
 use super::{is_condition_failure, unavailable, Aws};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
-use crate::error::StoreResult;
-use crate::ports::{PositionChange, PositionsReplacement, WorkerStore};
+use crate::error::{StoreError, StoreResult};
+use crate::ports::{PositionChange, PositionsReplacement, Stored, WorkerStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
 
 #[async_trait]
 impl WorkerStore for Aws {
-    async fn create_order(&self, o: &Order) -> StoreResult<Order> {
+    async fn create_order(&self, o: &Order) -> StoreResult<Stored<Order>> {
+        if o.filled_quantity != 0 {
+            return Err(StoreError::Corrupt(format!(
+                "order {}: an order is created before any fill",
+                o.order_id
+            )));
+        }
         let desk = self
             .desk_of(&o.terms.account_id, &mut HashMap::new())
             .await?;
         let item = order_item(o, &desk)?;
-        self.put_if_absent(&self.names.orders, "order_id", &o.order_id, item, o)
-            .await
+        let exposure = ExposureDelta::of_order_created(o);
+        if exposure.is_zero() {
+            return self
+                .put_if_absent(&self.names.orders, "order_id", &o.order_id, item, o)
+                .await;
+        }
+        // The order and its step from what execute reserved, in one transaction.
+        let put = Put::builder()
+            .table_name(&self.names.orders)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(order_id)");
+        let up = ddb::exposure_update(&self.names.exposures, &exposure);
+        let items = [
+            TransactWriteItem::builder()
+                .put(built(put.build())?)
+                .build(),
+            TransactWriteItem::builder()
+                .update(built(up.build())?)
+                .build(),
+        ];
+        if self.transact_if(&items, "create order").await? {
+            return Ok(Stored::Created(o.clone()));
+        }
+        let stored = self
+            .get(&self.names.orders, &[("order_id", s(o.order_id.clone()))])
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("order {} vanished", o.order_id)))?;
+        Ok(Stored::Found(from_body(&stored)?))
     }
 
     async fn advance_order(
@@ -81,6 +113,7 @@ impl WorkerStore for Aws {
         let item = job_item(j, &desk)?;
         self.put_if_absent(&self.names.jobs, "job_id", &j.job_id, item, j)
             .await
+            .map(Stored::into_inner)
     }
 
     async fn finish_job(

@@ -9,22 +9,31 @@ use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PositionChange, PositionsReplacement, WorkerStore};
+use crate::ports::{PositionChange, PositionsReplacement, Stored, WorkerStore};
 use crate::records::ActionRecord;
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 
 #[async_trait]
 impl WorkerStore for Sqlite {
-    async fn create_order(&self, order: &Order) -> StoreResult<Order> {
-        let order = order.clone();
+    async fn create_order(&self, order: &Order) -> StoreResult<Stored<Order>> {
+        if order.filled_quantity != 0 {
+            return Err(StoreError::Corrupt(format!(
+                "order {}: an order is created before any fill",
+                order.order_id
+            )));
+        }
+        let (order, exposure) = (order.clone(), ExposureDelta::of_order_created(order));
         self.write(move |tx| {
-            // Inserted: the row is this order (no read back on the writer thread).
+            // Inserted: the row is this order (no read back on the writer thread), and
+            // its step from what execute reserved applies with it.
             // Ignored: an earlier delivery created it; that one is the order.
             if put_order(tx, &order, false)? == 1 {
-                return Ok(order);
+                add_open(tx, &exposure)?;
+                return Ok(Stored::Created(order));
             }
             load_order(tx, &order.order_id)?
+                .map(Stored::Found)
                 .ok_or_else(|| StoreError::Corrupt("order vanished".into()))
         })
         .await
