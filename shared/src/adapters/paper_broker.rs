@@ -368,13 +368,19 @@ impl Prices for PaperBroker {
 #[async_trait]
 impl Broker for PaperBroker {
     async fn submit(&self, order: &BrokerOrder) -> StoreResult<BrokerOrder> {
-        let prices = self.prices().await?;
-        let reference = prices.get(&order.terms.symbol).copied();
         let account = order.terms.account_id.as_str();
         let key = order_key(account, &order.client_order_id);
+        // The price table and the book are read side by side; a later round reads the
+        // book again. Loading the book also converts an old one, so every order has its
+        // document.
+        let (prices, first) = tokio::try_join!(self.prices(), self.load_book(account))?;
+        let reference = prices.get(&order.terms.symbol).copied();
+        let mut loaded = Some(first);
         for _ in 0..MAX_ROUNDS {
-            // Loading the book also converts an old one, so every order has its document.
-            let (mut book, version) = self.load_book(account).await?;
+            let (mut book, version) = match loaded.take() {
+                Some(first) => first,
+                None => self.load_book(account).await?,
+            };
             let (o, filled) = accept(order, reference, &mut book.positions);
             let mut docs = vec![PaperDoc {
                 key: key.clone(),
