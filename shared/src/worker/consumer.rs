@@ -1,7 +1,8 @@
 //! The in-process consumer `airlock serve` runs for each queue: receive a batch, handle its
 //! messages (one group's in order, different groups at the same time, receiving again for
 //! other groups while a group is still being handled), delete each when
-//! handled (a refused message too: it is not the stored action's), release it for a later
+//! handled, beside the next one's handling (a refused message too: it is not the stored
+//! action's), release it for a later
 //! retry when not (after the queue's maximum receives it goes to the dead-letter queue, and
 //! the last attempt settles its action). Lambdas get their batches from SQS instead (`functions/worker-*`).
 //!
@@ -58,8 +59,9 @@ pub struct Consumer {
     pub queue: Arc<dyn Queue>,
 }
 
-/// Handles one delivery and settles it with the queue. `true` if it was handled.
-pub async fn settle(
+/// Handles one delivery; a failed one is released for a later retry. `true` if it was
+/// handled: the caller deletes it ([`run_chain`], beside the next message's handling).
+pub async fn handle(
     st: &Consumer,
     queue: QueueTarget,
     d: &Delivery,
@@ -73,9 +75,6 @@ pub async fn settle(
                 tracing::error!("failpoint worker.before_ack: aborting");
                 std::process::abort();
             }
-            if let Err(e) = st.queue.ack(queue, &d.receipt).await {
-                tracing::error!(error = %e, "could not delete a handled message; it will be redelivered");
-            }
             true
         }
         Err(_) => {
@@ -85,6 +84,13 @@ pub async fn settle(
             }
             false
         }
+    }
+}
+
+/// Deletes a handled message.
+async fn ack(st: &Consumer, queue: QueueTarget, receipt: &str) {
+    if let Err(e) = st.queue.ack(queue, receipt).await {
+        tracing::error!(error = %e, "could not delete a handled message; it will be redelivered");
     }
 }
 
@@ -187,13 +193,20 @@ async fn consume(st: Consumer, queue: QueueTarget, opts: ConsumerOptions) {
     }
 }
 
-/// Handles one group's messages in order; after a failure the rest wait for it.
+/// Handles one group's messages in order; after a failure the rest wait for it. A
+/// handled message is deleted while the next one is handled (its action is settled
+/// already, so the next one's handling does not depend on the delete; a delete that is
+/// lost only brings the message back, and its worker acknowledges it as done). The chain
+/// ends once its deletes have.
 async fn run_chain(st: Consumer, queue: QueueTarget, chain: Vec<Delivery>, opts: ConsumerOptions) {
+    let mut acks = tokio::task::JoinSet::new();
     let mut rest = chain.iter();
     for d in rest.by_ref() {
-        if !settle(&st, queue, d, opts).await {
+        if !handle(&st, queue, d, opts).await {
             break;
         }
+        let (st, receipt) = (st.clone(), d.receipt.clone());
+        acks.spawn(async move { ack(&st, queue, &receipt).await });
     }
     // A message of the group failed: its later ones wait for it (unhandled, visible again
     // at once; the failed one comes first when it is due).
@@ -202,6 +215,9 @@ async fn run_chain(st: Consumer, queue: QueueTarget, chain: Vec<Delivery>, opts:
         if let Err(e) = st.queue.release(queue, &d.receipt, 0).await {
             tracing::error!(error = %e, "could not release a message");
         }
+    }
+    while let Some(ended) = acks.join_next().await {
+        log_chain_end(queue, ended);
     }
 }
 
