@@ -990,17 +990,22 @@ fn pos(qty: i64, expected: Option<i64>) -> PositionChange {
     }
 }
 
-async fn advance_order_is_conditional(b: Backend) {
-    let e = env(b).await;
-    let w = &e.p.workers;
-    let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
+/// ACC-W active, and an execute under `key` that reserved 5 contracts to buy.
+async fn five_reserved(e: &Env, key: &str) {
     e.p.read_models
         .put_accounts(&[account("ACC-W", AccountStatus::Active)])
         .await
         .unwrap();
-    let mut c = bare("k-w");
+    let mut c = bare(key);
     c.reserve = Some(buy("ACC-W", 10, 5));
-    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    assert_eq!(commit(e, &c).await, CommitOutcome::Committed);
+}
+
+async fn advance_order_is_conditional(b: Backend) {
+    let e = env(b).await;
+    let w = &e.p.workers;
+    let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
+    five_reserved(&e, "k-w").await;
     assert_eq!(ex().await, exposure(0, 5, 0));
 
     let queued = order(OrderStatus::Queued, 0);
@@ -1595,13 +1600,7 @@ async fn create_order_applies_its_step_from_the_reservation(b: Backend) {
     let e = env(b).await;
     let w = &e.p.workers;
     let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
-    e.p.read_models
-        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
-        .await
-        .unwrap();
-    let mut c = bare("k-created");
-    c.reserve = Some(buy("ACC-W", 10, 5));
-    assert_eq!(commit(&e, &c).await, CommitOutcome::Committed);
+    five_reserved(&e, "k-created").await;
     assert_eq!(ex().await, exposure(0, 5, 0));
 
     let filled = order(OrderStatus::Filled, 5);

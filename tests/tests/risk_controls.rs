@@ -356,20 +356,27 @@ async fn the_worker_checks_the_position_limit_before_the_broker(b: Backend) {
     let s = s
         .crash()
         .start(&[("AIRLOCK_NOW", MARKET_OPEN), ("AIRLOCK_WORKERS", "on")]);
+    refused_by_the_new_limit(&s, &action_id, &order_id).await;
+}
+
+/// The worker refused the order for the limit lowered to 5: the action failed with
+/// `position_limit`, the order is rejected and never reached the broker, and its
+/// contracts were released (5 fit under the new limit).
+async fn refused_by_the_new_limit(s: &Server, action_id: &str, order_id: &str) {
     let t = s.trader();
-    let r = t.settled(&action_id).await;
+    let r = t.settled(action_id).await;
     assert_eq!(r["status"], "failed", "{:?}", r.body);
     assert!(
         r.body.to_string().contains("position_limit"),
         "{:?}",
         r.body
     );
+    assert_eq!(t.order(order_id).await["status"], "rejected");
     let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
     assert!(
-        book["orders"].get(&order_id).is_none(),
+        book["orders"].get(order_id).is_none(),
         "the broker saw the order: {book}"
     );
-    // The refused order's contracts were released: 5 fit under the new limit.
     let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 5)).await;
     assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
 }
@@ -406,19 +413,8 @@ async fn a_claimed_order_redelivered_after_a_crash_is_checked_again(b: Backend) 
         ("AIRLOCK_WORKER_RETRY_MS", "100"),
         ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
     ]);
-    let t = s.trader();
-    let r = t.settled(&action_id).await;
-    assert_eq!(r["status"], "failed", "{:?}", r.body);
-    assert!(
-        r.body.to_string().contains("position_limit"),
-        "{:?}",
-        r.body
-    );
-    assert_eq!(t.order(&order_id).await["status"], "rejected");
+    refused_by_the_new_limit(&s, &action_id, &order_id).await;
     assert_eq!(broker_order_count(&s), 0, "the broker saw the order");
-    // The refused order's contracts were released: 5 fit under the new limit.
-    let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 5)).await;
-    assert_eq!(p["executable"], true, "{:?}", p.body["risk_checks"]);
 }
 
 /// A small deterministic generator, so a failing interleaving can be replayed by its seed.
