@@ -477,6 +477,19 @@ impl<T> Stored<T> {
     }
 }
 
+/// The exposure step [`WorkerStore::create_order`] writes with a new order (see
+/// [`ExposureDelta::of_order_created`]); an order with fills is refused (`Corrupt`): it is
+/// created before any fill.
+pub fn creation_step(order: &Order) -> StoreResult<ExposureDelta> {
+    if order.filled_quantity != 0 {
+        return Err(crate::error::StoreError::Corrupt(format!(
+            "order {}: an order is created before any fill",
+            order.order_id
+        )));
+    }
+    Ok(ExposureDelta::of_order_created(order))
+}
+
 /// The workers' writes. Each call is atomic and conditional on the state the worker read,
 /// so a redelivered or concurrent message can never apply the same step twice.
 #[async_trait]

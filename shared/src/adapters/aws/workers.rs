@@ -9,7 +9,7 @@ use super::tables::built;
 use super::{is_condition_failure, unavailable, Aws};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PositionChange, PositionsReplacement, Stored, WorkerStore};
+use crate::ports::{creation_step, PositionChange, PositionsReplacement, Stored, WorkerStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -17,17 +17,11 @@ use std::collections::HashMap;
 #[async_trait]
 impl WorkerStore for Aws {
     async fn create_order(&self, o: &Order) -> StoreResult<Stored<Order>> {
-        if o.filled_quantity != 0 {
-            return Err(StoreError::Corrupt(format!(
-                "order {}: an order is created before any fill",
-                o.order_id
-            )));
-        }
+        let exposure = creation_step(o)?;
         let desk = self
             .desk_of(&o.terms.account_id, &mut HashMap::new())
             .await?;
         let item = order_item(o, &desk)?;
-        let exposure = ExposureDelta::of_order_created(o);
         if exposure.is_zero() {
             return self
                 .put_if_absent(&self.names.orders, "order_id", &o.order_id, item, o)

@@ -9,7 +9,7 @@ use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{PositionChange, PositionsReplacement, Stored, WorkerStore};
+use crate::ports::{creation_step, PositionChange, PositionsReplacement, Stored, WorkerStore};
 use crate::records::ActionRecord;
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
@@ -17,13 +17,7 @@ use rusqlite::{params, OptionalExtension};
 #[async_trait]
 impl WorkerStore for Sqlite {
     async fn create_order(&self, order: &Order) -> StoreResult<Stored<Order>> {
-        if order.filled_quantity != 0 {
-            return Err(StoreError::Corrupt(format!(
-                "order {}: an order is created before any fill",
-                order.order_id
-            )));
-        }
-        let (order, exposure) = (order.clone(), ExposureDelta::of_order_created(order));
+        let (order, exposure) = (order.clone(), creation_step(order)?);
         self.write(move |tx| {
             // Inserted: the row is this order (no read back on the writer thread), and
             // its step from what execute reserved applies with it.
