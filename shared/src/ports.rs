@@ -462,6 +462,17 @@ pub struct PositionChange {
     pub new: Position,
 }
 
+/// An action's move from one of `from` to `to` (`error`: why it failed) at `at`, written
+/// with the order step that settles it ([`WorkerStore::advance_order`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ActionMove<'a> {
+    pub action_id: &'a str,
+    pub from: &'a [crate::domain::ActionStatus],
+    pub to: crate::domain::ActionStatus,
+    pub error: Option<&'a str>,
+    pub at: Millis,
+}
+
 /// What a create-if-absent found: the record it wrote, or the one an earlier call stored.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stored<T> {
@@ -501,14 +512,17 @@ pub trait WorkerStore: Send + Sync {
     /// created it; nothing was written. An order with fills is refused (`Corrupt`).
     async fn create_order(&self, order: &Order) -> StoreResult<Stored<Order>>;
     /// Replaces the order `prev` with `next` if its status is still `prev.status`, together
-    /// with the position change its fill causes and the exposure change of the step
-    /// ([`ExposureDelta::of_order_step`]). `false`: another delivery moved it first;
+    /// with the position change its fill causes, the exposure change of the step
+    /// ([`ExposureDelta::of_order_step`]) and, when given, the move of the action the step
+    /// settles ([`ActionMove`], as [`WorkerStore::set_action_status`] makes it). `false`:
+    /// another delivery moved the order first, or the action is not in one of `from`;
     /// nothing was written.
     async fn advance_order(
         &self,
         prev: &Order,
         next: &Order,
         position: Option<&PositionChange>,
+        settles: Option<&ActionMove<'_>>,
     ) -> StoreResult<bool>;
     /// Creates the job if absent; returns the stored job either way.
     async fn create_job(&self, job: &Job) -> StoreResult<Job>;

@@ -1214,7 +1214,11 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     w.block(w.ports.workers.create_order(&claimed))
         .expect("create order");
     assert!(w
-        .block(w.ports.workers.advance_order(&claimed, &submitted, None))
+        .block(
+            w.ports
+                .workers
+                .advance_order(&claimed, &submitted, None, None)
+        )
         .expect("claim"));
     let out = l.handle_once(shapes::JOBS_QUEUE.logical_id, "worker-jobs");
     assert_eq!(
@@ -1227,7 +1231,11 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         ..submitted.clone()
     };
     assert!(w
-        .block(w.ports.workers.advance_order(&submitted, &rejected, None))
+        .block(
+            w.ports
+                .workers
+                .advance_order(&submitted, &rejected, None, None)
+        )
         .expect("record"));
     // Visible again after the retry delay (`AIRLOCK_WORKER_RETRY_MS`, 2 s by default).
     std::thread::sleep(Duration::from_millis(2500));

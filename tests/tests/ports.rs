@@ -21,8 +21,8 @@ use airlock::domain::{
     TimeInForce,
 };
 use airlock::ports::{
-    CommitOutcome, Conflict, ExecuteCommit, KeyCondition, Page, PaperBookStore, PlanChange,
-    PositionChange, PositionsReplacement, Reservation, Signer, Stored,
+    ActionMove, CommitOutcome, Conflict, ExecuteCommit, KeyCondition, Page, PaperBookStore,
+    PlanChange, PositionChange, PositionsReplacement, Reservation, Signer, Stored,
 };
 use airlock::records::{
     ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
@@ -1029,30 +1029,33 @@ async fn advance_order_is_conditional(b: Backend) {
     assert_eq!(ex().await, exposure(0, 5, 0));
 
     let submitted = order(OrderStatus::Submitted, 0);
-    assert!(w.advance_order(&queued, &submitted, None).await.unwrap());
+    assert!(w
+        .advance_order(&queued, &submitted, None, None)
+        .await
+        .unwrap());
     // From a status it no longer has.
     assert!(!w
-        .advance_order(&queued, &order(OrderStatus::Working, 0), None)
+        .advance_order(&queued, &order(OrderStatus::Working, 0), None, None)
         .await
         .unwrap());
     assert_eq!(ex().await, exposure(0, 5, 0));
 
     let part2 = order(OrderStatus::PartiallyFilled, 2);
     assert!(w
-        .advance_order(&submitted, &part2, Some(&pos(2, None)))
+        .advance_order(&submitted, &part2, Some(&pos(2, None)), None)
         .await
         .unwrap());
     assert_eq!(ex().await, exposure(2, 3, 0));
     let part4 = order(OrderStatus::PartiallyFilled, 4);
     assert!(w
-        .advance_order(&part2, &part4, Some(&pos(4, Some(2))))
+        .advance_order(&part2, &part4, Some(&pos(4, Some(2))), None)
         .await
         .unwrap());
     assert_eq!(ex().await, exposure(4, 1, 0));
     // A second step from the same partially filled state: same status, other fills.
     let part3 = order(OrderStatus::PartiallyFilled, 3);
     assert!(
-        !w.advance_order(&part2, &part3, None).await.unwrap(),
+        !w.advance_order(&part2, &part3, None, None).await.unwrap(),
         "a step from filled_quantity 2 applied over filled_quantity 4"
     );
     assert_eq!(
@@ -1063,7 +1066,7 @@ async fn advance_order_is_conditional(b: Backend) {
     let filled = order(OrderStatus::Filled, 5);
     // The position changed since it was read: nothing written.
     assert!(!w
-        .advance_order(&part4, &filled, Some(&pos(5, Some(3))))
+        .advance_order(&part4, &filled, Some(&pos(5, Some(3))), None)
         .await
         .unwrap());
     assert_eq!(
@@ -1081,7 +1084,7 @@ async fn advance_order_is_conditional(b: Backend) {
     );
 
     assert!(w
-        .advance_order(&part4, &filled, Some(&pos(5, Some(4))))
+        .advance_order(&part4, &filled, Some(&pos(5, Some(4))), None)
         .await
         .unwrap());
     assert_eq!(ex().await, exposure(5, 0, 0));
@@ -1099,12 +1102,181 @@ async fn advance_order_is_conditional(b: Backend) {
     );
     // Replayed: the order is no longer partially filled.
     assert!(!w
-        .advance_order(&part4, &filled, Some(&pos(5, Some(4))))
+        .advance_order(&part4, &filled, Some(&pos(5, Some(4))), None)
         .await
         .unwrap());
     assert_eq!(ex().await, exposure(5, 0, 0));
 }
 both!(advance_order_is_conditional);
+
+/// An order's step may settle the action it answers in the same write: all of it or
+/// nothing, whichever of the order's and the action's conditions fails.
+async fn an_order_step_settles_its_action_in_the_same_write(b: Backend) {
+    let e = &env(b).await;
+    let w = &e.p.workers;
+    let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
+    let act = |id: &'static str| async move {
+        e.p.actions
+            .get_action(id)
+            .await
+            .unwrap()
+            .expect("the action")
+    };
+    e.p.read_models
+        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
+        .await
+        .unwrap();
+    let reserve = |key: &str, action_id: &str| {
+        let mut c = bare(key);
+        c.reserve = Some(buy("ACC-W", 10, 5));
+        c.action = Some(action(action_id, "pln-none", "ACC-W", key));
+        c
+    };
+    assert_eq!(
+        commit(e, &reserve("k-s1", "act-s1")).await,
+        CommitOutcome::Committed
+    );
+    let submitted = Order {
+        action_id: Some("act-s1".into()),
+        ..order(OrderStatus::Submitted, 0)
+    };
+    assert!(matches!(
+        w.create_order(&submitted).await.unwrap(),
+        Stored::Created(_)
+    ));
+    let filled = Order {
+        action_id: Some("act-s1".into()),
+        ..order(OrderStatus::Filled, 5)
+    };
+    let unsettled = [ActionStatus::Queued, ActionStatus::Processing];
+    let succeeded = ActionMove {
+        action_id: "act-s1",
+        from: &unsettled[1..],
+        to: ActionStatus::Succeeded,
+        error: None,
+        at: NOW + 10,
+    };
+    let unchanged = |why: &'static str| async move {
+        assert_eq!(
+            e.p.orders
+                .get_order("ord-w")
+                .await
+                .unwrap()
+                .map(|o| o.status),
+            Some(OrderStatus::Submitted),
+            "{why}"
+        );
+        assert_eq!(
+            e.p.positions.get_position("ACC-W", SYMBOL).await.unwrap(),
+            None,
+            "{why}"
+        );
+        assert_eq!(ex().await, exposure(0, 5, 0), "{why}");
+    };
+    // The action is not in a status the move starts from (queued, not processing).
+    assert!(!w
+        .advance_order(&submitted, &filled, Some(&pos(5, None)), Some(&succeeded))
+        .await
+        .unwrap());
+    unchanged("the action's condition failed").await;
+    assert_eq!(act("act-s1").await.status, ActionStatus::Queued);
+    let succeeded = ActionMove {
+        from: &unsettled,
+        ..succeeded
+    };
+    // The order is not in the status the step starts from.
+    assert!(!w
+        .advance_order(
+            &order(OrderStatus::Working, 0),
+            &filled,
+            Some(&pos(5, None)),
+            Some(&succeeded)
+        )
+        .await
+        .unwrap());
+    unchanged("the order's condition failed").await;
+    assert_eq!(act("act-s1").await.status, ActionStatus::Queued);
+    // The position moved since it was read.
+    assert!(!w
+        .advance_order(
+            &submitted,
+            &filled,
+            Some(&pos(5, Some(1))),
+            Some(&succeeded)
+        )
+        .await
+        .unwrap());
+    unchanged("the position's condition failed").await;
+    assert_eq!(act("act-s1").await.status, ActionStatus::Queued);
+
+    assert!(w
+        .advance_order(&submitted, &filled, Some(&pos(5, None)), Some(&succeeded))
+        .await
+        .unwrap());
+    assert_eq!(
+        e.p.orders.get_order("ord-w").await.unwrap(),
+        Some(filled.clone())
+    );
+    assert_eq!(ex().await, exposure(5, 0, 0));
+    let a = act("act-s1").await;
+    assert_eq!(
+        (a.status, a.error, a.updated_at, a.enqueued_at),
+        (ActionStatus::Succeeded, None, NOW + 10, Some(NOW + 10))
+    );
+    // Replayed: the order moved on; the settled action stays as it is.
+    assert!(!w
+        .advance_order(&submitted, &filled, Some(&pos(5, None)), Some(&succeeded))
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(5, 0, 0));
+
+    // A rejection settles its action failed, with the reason, and releases the reservation.
+    assert_eq!(
+        commit(e, &reserve("k-s2", "act-s2")).await,
+        CommitOutcome::Committed
+    );
+    assert_eq!(ex().await, exposure(5, 5, 0));
+    let two = |status| Order {
+        order_id: "ord-w2".into(),
+        action_id: Some("act-s2".into()),
+        ..order(status, 0)
+    };
+    assert!(matches!(
+        w.create_order(&two(OrderStatus::Submitted)).await.unwrap(),
+        Stored::Created(_)
+    ));
+    let failed = ActionMove {
+        action_id: "act-s2",
+        from: &unsettled,
+        to: ActionStatus::Failed,
+        error: Some("the broker rejected order ord-w2: over the limit"),
+        at: NOW + 20,
+    };
+    assert!(w
+        .advance_order(
+            &two(OrderStatus::Submitted),
+            &two(OrderStatus::Rejected),
+            None,
+            Some(&failed)
+        )
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(5, 0, 0));
+    let a = act("act-s2").await;
+    assert_eq!(
+        (a.status, a.error.as_deref()),
+        (ActionStatus::Failed, failed.error)
+    );
+    assert!(
+        e.p.actions
+            .list_unsent(NOW + 100_000, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a settled action is out of the sweeper's listing"
+    );
+}
+both!(an_order_step_settles_its_action_in_the_same_write);
 
 // ---------------------------------------------------------------------------------------
 // 6. Queue
@@ -1488,7 +1660,10 @@ async fn a_sync_waits_for_a_claimed_order(b: Backend, created_claimed: bool) {
         );
     } else {
         w.create_order(&queued).await.unwrap();
-        assert!(w.advance_order(&queued, &submitted, None).await.unwrap());
+        assert!(w
+            .advance_order(&queued, &submitted, None, None)
+            .await
+            .unwrap());
     }
     let running = Job {
         job_id: "job-race".into(),
@@ -1558,7 +1733,7 @@ async fn a_sync_waits_for_a_claimed_order(b: Backend, created_claimed: bool) {
     // The order records its fill; the sync, reading again, replaces.
     let filled = order(OrderStatus::Filled, 5);
     assert!(w
-        .advance_order(&submitted, &filled, Some(&pos(5, None)))
+        .advance_order(&submitted, &filled, Some(&pos(5, None)), None)
         .await
         .unwrap());
     let now_held = vec![
@@ -1657,13 +1832,13 @@ async fn orders_at_the_broker_are_listed_and_leave_when_they_end(b: Backend) {
     let a = mk("ord-a", "ACC-W", OrderStatus::Queued);
     w.create_order(&a).await.unwrap();
     let a_sub = mk("ord-a", "ACC-W", OrderStatus::Submitted);
-    assert!(w.advance_order(&a, &a_sub, None).await.unwrap());
+    assert!(w.advance_order(&a, &a_sub, None, None).await.unwrap());
     let a_work = mk("ord-a", "ACC-W", OrderStatus::Working);
-    assert!(w.advance_order(&a_sub, &a_work, None).await.unwrap());
+    assert!(w.advance_order(&a_sub, &a_work, None, None).await.unwrap());
     let v = mk("ord-v", "ACC-V", OrderStatus::Queued);
     w.create_order(&v).await.unwrap();
     let v_sub = mk("ord-v", "ACC-V", OrderStatus::Submitted);
-    assert!(w.advance_order(&v, &v_sub, None).await.unwrap());
+    assert!(w.advance_order(&v, &v_sub, None, None).await.unwrap());
 
     let o = &e.p.orders;
     assert_eq!(
@@ -1675,7 +1850,7 @@ async fn orders_at_the_broker_are_listed_and_leave_when_they_end(b: Backend) {
     assert_eq!(all, ["ord-a", "ord-v"]);
     // Cancelled: no longer at the broker.
     let a_done = mk("ord-a", "ACC-W", OrderStatus::Cancelled);
-    assert!(w.advance_order(&a_work, &a_done, None).await.unwrap());
+    assert!(w.advance_order(&a_work, &a_done, None, None).await.unwrap());
     assert!(o
         .list_at_the_broker(Some("ACC-W"))
         .await

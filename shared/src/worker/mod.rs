@@ -33,10 +33,13 @@ use crate::ports::broker::{BrokerOrder, BrokerStatus};
 use crate::ports::{
     AccountStore, ActionStore, ControlStore, OrderStore, PositionStore, WorkerStore,
 };
-use crate::ports::{Page, PositionChange, PositionsReplacement, Stored};
+use crate::ports::{ActionMove, Page, PositionChange, PositionsReplacement, Stored};
 use crate::records::{ActionRecord, QueueMessage, QUEUE_MESSAGE_SCHEMA};
 
 const ROUNDS: usize = 16;
+
+/// The statuses a worker settles an action from.
+const UNSETTLED: [ActionStatus; 2] = [ActionStatus::Queued, ActionStatus::Processing];
 
 /// How a handled message ended (the message is deleted either way).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,31 +297,40 @@ async fn process(st: &Worker, body: &str) -> Result<Outcome, ApiError> {
         // Test-only: a message whose handling takes 6 s (a slow broker, say).
         tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     }
-    let outcome = match msg.action_type {
+    // `settled`: the action was settled with the order's record, in the same write.
+    let (outcome, settled) = match msg.action_type {
         ActionType::OrderSubmitCl => submit(st, msg, claimed).await?,
-        ActionType::OrderCancel => cancel(st, msg).await?,
-        ActionType::PositionsSync => sync(st, msg).await?,
-    };
-    let (status, error) = match &outcome {
-        Outcome::Failed(why) => (ActionStatus::Failed, Some(why.as_str())),
-        _ => (ActionStatus::Succeeded, None),
+        ActionType::OrderCancel => (cancel(st, msg).await?, false),
+        ActionType::PositionsSync => (sync(st, msg).await?, false),
     };
     let settled_at = st.clock.now_ms();
-    st.store
-        .set_action_status(
-            &msg.action_id,
-            &[ActionStatus::Queued, ActionStatus::Processing],
-            status,
-            error,
-            settled_at,
-        )
-        .await?;
+    if !settled {
+        let m = settle(msg, &outcome, settled_at);
+        st.store
+            .set_action_status(m.action_id, m.from, m.to, m.error, m.at)
+            .await?;
+    }
     if msg.action_type == ActionType::OrderSubmitCl {
         // Accept (the execute) to the order's first terminal answer from this worker.
         metrics::histogram!(crate::metrics::ORDER_LATENCY)
             .record((settled_at - action.created_at).max(0) as f64 / 1000.0);
     }
     Ok(outcome)
+}
+
+/// The action's move to the status `outcome` gives it.
+fn settle<'a>(msg: &'a QueueMessage, outcome: &'a Outcome, at: Millis) -> ActionMove<'a> {
+    let (to, error) = match outcome {
+        Outcome::Failed(why) => (ActionStatus::Failed, Some(why.as_str())),
+        _ => (ActionStatus::Succeeded, None),
+    };
+    ActionMove {
+        action_id: &msg.action_id,
+        from: &UNSETTLED,
+        to,
+        error,
+        at,
+    }
 }
 
 /// A message left unhandled because an earlier one of its group failed. On its last
@@ -442,7 +454,7 @@ async fn give_up_order(
             OrderStatus::Submitted => {
                 match st.broker.order(&order.terms.account_id, order_id).await? {
                     Some(ack) => {
-                        record(st, &order, &ack, now).await?;
+                        record(st, &order, &ack, now, None).await?;
                     }
                     // Claimed moments ago: an earlier attempt may still be sending it. Keep
                     // its reservation and never say "resubmit".
@@ -614,7 +626,7 @@ async fn reject_unsent(st: &Worker, order: &Order, now: Millis) -> Result<bool, 
         updated_at: now.max(order.updated_at),
         ..order.clone()
     };
-    Ok(st.store.advance_order(order, &next, None).await?)
+    Ok(st.store.advance_order(order, &next, None, None).await?)
 }
 
 /// The order a submission's stored message describes, as first recorded (`queued`).
@@ -728,13 +740,41 @@ fn recorded(order: &Order, ack: &BrokerOrder, now: Millis) -> Order {
     next
 }
 
-/// Records what the broker says of an order: its new state and, for a new fill, the
-/// position change. `Ok(false)`: the order or position moved under us; read again.
+/// What a submission's order in `status` says of its action once the broker has answered
+/// (`reason`: the broker's, for a rejection); `None` before.
+fn submission_outcome(
+    order_id: &str,
+    status: OrderStatus,
+    reason: Option<&str>,
+) -> Option<Outcome> {
+    match status {
+        OrderStatus::Queued | OrderStatus::Submitted => None,
+        OrderStatus::Rejected => Some(Outcome::Failed(broker_rejected(order_id, reason))),
+        OrderStatus::Cancelled => Some(Outcome::Failed(format!(
+            "order {order_id} was cancelled without a fill"
+        ))),
+        OrderStatus::Working | OrderStatus::PartiallyFilled | OrderStatus::Filled => {
+            Some(Outcome::Succeeded)
+        }
+    }
+}
+
+fn broker_rejected(order_id: &str, reason: Option<&str>) -> String {
+    format!(
+        "the broker rejected order {order_id}: {}",
+        reason.unwrap_or("rejected by the broker")
+    )
+}
+
+/// Records what the broker says of an order: its new state, for a new fill the position
+/// change, and with `settles` the move of the action it settles, in one write.
+/// `Ok(false)`: the order, the position or the action moved under us; read again.
 async fn record(
     st: &Worker,
     order: &Order,
     ack: &BrokerOrder,
     now: Millis,
+    settles: Option<&ActionMove<'_>>,
 ) -> Result<bool, ApiError> {
     let next = recorded(order, ack, now);
     let new_fill = ack.filled_quantity.saturating_sub(order.filled_quantity);
@@ -771,12 +811,12 @@ async fn record(
         }
         _ => None,
     };
-    if next == *order && change.is_none() {
+    if next == *order && change.is_none() && settles.is_none() {
         return Ok(true);
     }
     Ok(st
         .store
-        .advance_order(order, &next, change.as_ref())
+        .advance_order(order, &next, change.as_ref(), settles)
         .await?)
 }
 
@@ -803,12 +843,14 @@ async fn claim_order(
 }
 
 /// `claimed`: the order as [`claim_order`] created or found it (made beside the action's
-/// move to `processing`).
+/// move to `processing`). The answer's `bool`: the action was settled with the order's
+/// record (when this delivery's broker answer decided it).
 async fn submit(
     st: &Worker,
     msg: &QueueMessage,
     claimed: Option<Stored<Order>>,
-) -> Result<Outcome, ApiError> {
+) -> Result<(Outcome, bool), ApiError> {
+    let unsettled = |o: Outcome| Ok((o, false));
     let claimed = match claimed {
         Some(c) => c,
         None => claim_order(st, msg, st.clock.now_ms()).await?,
@@ -821,6 +863,9 @@ async fn submit(
     };
     let order_id = order.order_id.clone();
     let mut sent_here = false;
+    // Whether to settle the action with the order's record; not after that write failed
+    // (the order or the action moved under us: record alone, settle after).
+    let mut settle_here = true;
     for _ in 0..ROUNDS {
         let now = st.clock.now_ms();
         match order.status {
@@ -832,7 +877,7 @@ async fn submit(
                     updated_at: now.max(order.updated_at),
                     ..order.clone()
                 };
-                claimed_here = st.store.advance_order(&order, &next, None).await?;
+                claimed_here = st.store.advance_order(&order, &next, None, None).await?;
                 if claimed_here {
                     // Our write is the order's state now: no need to read it back.
                     order = next;
@@ -843,13 +888,13 @@ async fn submit(
                 // Claimed by this delivery and not sent: the broker cannot have it.
                 Some(why) if claimed_here && !sent_here => {
                     if reject_unsent(st, &order, now).await? {
-                        return Ok(Outcome::Failed(why));
+                        return unsettled(Outcome::Failed(why));
                     }
                 }
                 // Claimed by an earlier delivery (or sent): the broker may have it already.
                 Some(why) => match st.broker.order(&order.terms.account_id, &order_id).await? {
                     Some(ack) => {
-                        record(st, &order, &ack, now).await?;
+                        record(st, &order, &ack, now, None).await?;
                     }
                     // Claimed moments ago: an earlier delivery may still be sending it.
                     None if !claimed_here && !claim_abandoned(st, &order, now) => {
@@ -860,7 +905,7 @@ async fn submit(
                     }
                     None => {
                         if reject_unsent(st, &order, now).await? {
-                            return Ok(Outcome::Failed(why));
+                            return unsettled(Outcome::Failed(why));
                         }
                     }
                 },
@@ -888,20 +933,29 @@ async fn submit(
                             "failpoint worker.record_fails: the order's record was not written",
                         ));
                     }
-                    if record(st, &order, &ack, now).await? {
+                    // The broker's answer decides the action: it settles with the order's
+                    // record, one write instead of two.
+                    let next = recorded(&order, &ack, now);
+                    let outcome = submission_outcome(&order_id, next.status, ack.reason.as_deref())
+                        .filter(|_| settle_here);
+                    let settles = outcome.as_ref().map(|o| settle(msg, o, now));
+                    if record(st, &order, &ack, now, settles.as_ref()).await? {
+                        if let Some(o) = outcome {
+                            return Ok((o, true));
+                        }
                         // Our write is the order's state now: no need to read it back.
-                        order = recorded(&order, &ack, now);
+                        order = next;
                         continue;
                     }
+                    settle_here = false;
                 }
             },
-            OrderStatus::Rejected => return rejected(st, &order).await,
-            OrderStatus::Cancelled => {
-                return Ok(Outcome::Failed(format!(
-                    "order {order_id} was cancelled without a fill"
-                )));
+            OrderStatus::Rejected => return unsettled(rejected(st, &order).await?),
+            status => {
+                if let Some(o) = submission_outcome(&order_id, status, None) {
+                    return unsettled(o);
+                }
             }
-            _ => return Ok(Outcome::Succeeded),
         }
         order = reload(st, &order_id).await?;
     }
@@ -915,10 +969,7 @@ async fn submit(
 async fn rejected(st: &Worker, order: &Order) -> Result<Outcome, ApiError> {
     let order_id = &order.order_id;
     let why = match st.broker.order(&order.terms.account_id, order_id).await? {
-        Some(o) => format!(
-            "the broker rejected order {order_id}: {}",
-            o.reason.as_deref().unwrap_or("rejected by the broker")
-        ),
+        Some(o) => broker_rejected(order_id, o.reason.as_deref()),
         None => match kill_switch(st, order_id).await? {
             Some(why) => why,
             None => format!("order {order_id} was rejected before it reached the broker"),
@@ -949,7 +1000,7 @@ async fn cancel(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
         let now = st.clock.now_ms();
         match st.broker.cancel(&order.terms.account_id, &order_id).await? {
             Some(ack) => {
-                record(st, &order, &ack, now).await?;
+                record(st, &order, &ack, now, None).await?;
             }
             None if order.status == OrderStatus::Submitted => {
                 // Claimed for sending but unknown to the broker: its submission may be on
@@ -967,7 +1018,7 @@ async fn cancel(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
                     updated_at: now.max(order.updated_at),
                     ..order.clone()
                 };
-                st.store.advance_order(&order, &next, None).await?;
+                st.store.advance_order(&order, &next, None, None).await?;
             }
         }
     }
@@ -1118,7 +1169,7 @@ async fn reconcile_order(st: &Worker, order: &Order) -> Result<bool, ApiError> {
     };
     let moved =
         order_status(ack.status) != order.status || ack.filled_quantity != order.filled_quantity;
-    Ok(moved && record(st, order, &ack, st.clock.now_ms()).await?)
+    Ok(moved && record(st, order, &ack, st.clock.now_ms(), None).await?)
 }
 
 /// Asks the broker about every working order (after a price change) and records fills.

@@ -9,7 +9,9 @@ use super::tables::built;
 use super::{is_condition_failure, unavailable, Aws};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{creation_step, PositionChange, PositionsReplacement, Stored, WorkerStore};
+use crate::ports::{
+    creation_step, ActionMove, PositionChange, PositionsReplacement, Stored, WorkerStore,
+};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -56,6 +58,7 @@ impl WorkerStore for Aws {
         prev: &Order,
         o: &Order,
         position: Option<&PositionChange>,
+        settles: Option<&ActionMove<'_>>,
     ) -> StoreResult<bool> {
         let from = prev.status;
         let exposure = ExposureDelta::of_order_step(prev, o);
@@ -96,6 +99,13 @@ impl WorkerStore for Aws {
             items.push(
                 TransactWriteItem::builder()
                     .update(built(up.build())?)
+                    .build(),
+            );
+        }
+        if let Some(m) = settles {
+            items.push(
+                TransactWriteItem::builder()
+                    .update(action_move(&self.names.actions, m)?)
                     .build(),
             );
         }
@@ -204,35 +214,56 @@ impl WorkerStore for Aws {
         error: Option<&str>,
         now: Millis,
     ) -> StoreResult<bool> {
-        let mut up = self
+        let m = ActionMove {
+            action_id,
+            from,
+            to,
+            error,
+            at: now,
+        };
+        let u = action_move(&self.names.actions, &m)?;
+        let up = self
             .ddb
             .update_item()
-            .table_name(&self.names.actions)
-            .key("action_id", s(action_id))
-            .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":to", s(to.as_str()))
-            .expression_attribute_values(":now", n(now));
-        let marks: Vec<String> = (0..from.len()).map(|i| format!(":f{i}")).collect();
-        for (m, st) in marks.iter().zip(from) {
-            up = up.expression_attribute_values(m.clone(), s(st.as_str()));
-        }
-        up = up.condition_expression(format!("#st IN ({})", marks.join(", ")));
-        // A status a worker moved was delivered: out of the sweeper's unsent index.
-        const MOVED: &str =
-            "SET #st = :to, updated_at = :now, enqueued_at = if_not_exists(enqueued_at, :now)";
-        up = match error {
-            Some(e) => up
-                .update_expression(format!("{MOVED}, #err = :e REMOVE unsent"))
-                .expression_attribute_names("#err", "error")
-                .expression_attribute_values(":e", s(e)),
-            None => up.update_expression(format!("{MOVED} REMOVE unsent")),
-        };
+            .table_name(u.table_name)
+            .set_key(Some(u.key))
+            .update_expression(u.update_expression)
+            .set_condition_expression(u.condition_expression)
+            .set_expression_attribute_names(u.expression_attribute_names)
+            .set_expression_attribute_values(u.expression_attribute_values);
         match up.send().await {
             Ok(_) => Ok(true),
             Err(e) if is_condition_failure(&e) => Ok(false),
             Err(e) => Err(unavailable("UpdateItem action status", &e)),
         }
     }
+}
+
+/// The update of an action's status [`ActionMove`] makes, alone or in an order's
+/// transaction.
+fn action_move(table: &str, m: &ActionMove<'_>) -> StoreResult<Update> {
+    let mut up = Update::builder()
+        .table_name(table)
+        .key("action_id", s(m.action_id))
+        .expression_attribute_names("#st", "status")
+        .expression_attribute_values(":to", s(m.to.as_str()))
+        .expression_attribute_values(":now", n(m.at));
+    let marks: Vec<String> = (0..m.from.len()).map(|i| format!(":f{i}")).collect();
+    for (mark, st) in marks.iter().zip(m.from) {
+        up = up.expression_attribute_values(mark.clone(), s(st.as_str()));
+    }
+    up = up.condition_expression(format!("#st IN ({})", marks.join(", ")));
+    // A status a worker moved was delivered: out of the sweeper's unsent index.
+    const MOVED: &str =
+        "SET #st = :to, updated_at = :now, enqueued_at = if_not_exists(enqueued_at, :now)";
+    up = match m.error {
+        Some(e) => up
+            .update_expression(format!("{MOVED}, #err = :e REMOVE unsent"))
+            .expression_attribute_names("#err", "error")
+            .expression_attribute_values(":e", s(e)),
+        None => up.update_expression(format!("{MOVED} REMOVE unsent")),
+    };
+    built(up.build())
 }
 
 /// DynamoDB's limit on the items of one `TransactWriteItems`.

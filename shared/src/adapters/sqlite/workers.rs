@@ -9,10 +9,12 @@ use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
 use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
 use crate::error::{StoreError, StoreResult};
-use crate::ports::{creation_step, PositionChange, PositionsReplacement, Stored, WorkerStore};
+use crate::ports::{
+    creation_step, ActionMove, PositionChange, PositionsReplacement, Stored, WorkerStore,
+};
 use crate::records::ActionRecord;
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
 #[async_trait]
 impl WorkerStore for Sqlite {
@@ -38,8 +40,10 @@ impl WorkerStore for Sqlite {
         prev: &Order,
         order: &Order,
         position: Option<&PositionChange>,
+        settles: Option<&ActionMove<'_>>,
     ) -> StoreResult<bool> {
         let (from, exposure) = (prev.status, ExposureDelta::of_order_step(prev, order));
+        let settles = settles.map(OwnedMove::from);
         let prev_filled = prev.filled_quantity;
         if (&order.terms.account_id, order.created_at) != (&prev.terms.account_id, prev.created_at)
         {
@@ -75,10 +79,23 @@ impl WorkerStore for Sqlite {
                 if qty != change.expected {
                     return Ok(false);
                 }
+            }
+            // Every condition is checked before anything is written.
+            let action = match &settles {
+                Some(m) => match movable_action(tx, m)? {
+                    Some(a) => Some(a),
+                    None => return Ok(false),
+                },
+                None => None,
+            };
+            if let Some(change) = &position {
                 put_position(tx, &change.new)?;
             }
             add_open(tx, &exposure)?;
             update_order(tx, &order)?;
+            if let (Some(a), Some(m)) = (action, &settles) {
+                move_action(tx, a, m)?;
+            }
             Ok(true)
         })
         .await
@@ -198,33 +215,67 @@ impl WorkerStore for Sqlite {
         error: Option<&str>,
         now: Millis,
     ) -> StoreResult<bool> {
-        let (id, from, error) = (
-            action_id.to_string(),
-            from.to_vec(),
-            error.map(String::from),
-        );
-        self.write(move |tx| {
-            let Some(text) = one_body(tx, "SELECT body FROM actions WHERE action_id = ?", &[&id])?
-            else {
-                return Ok(false);
-            };
-            let mut a: ActionRecord = serde_json::from_str(&text).map_err(json_err)?;
-            if !from.contains(&a.status) {
-                return Ok(false);
-            }
-            a.status = to;
-            a.error = error.clone();
-            a.updated_at = now.max(a.updated_at);
-            // A status a worker moved was delivered: out of the sweeper's unsent listing.
-            a.enqueued_at = a.enqueued_at.or(Some(now));
-            let body = packed_json(&a)?;
-            tx.run(
-                "UPDATE actions SET body = ?, enqueued_at = ? WHERE action_id = ?",
-                params![body, a.enqueued_at, id],
-            )
-            .map_err(db_err)?;
-            Ok(true)
+        let m = OwnedMove::from(&ActionMove {
+            action_id,
+            from,
+            to,
+            error,
+            at: now,
+        });
+        self.write(move |tx| match movable_action(tx, &m)? {
+            Some(a) => move_action(tx, a, &m).map(|()| true),
+            None => Ok(false),
         })
         .await
     }
+}
+
+/// An [`ActionMove`] the writer thread owns.
+struct OwnedMove {
+    action_id: String,
+    from: Vec<ActionStatus>,
+    to: ActionStatus,
+    error: Option<String>,
+    at: Millis,
+}
+
+impl From<&ActionMove<'_>> for OwnedMove {
+    fn from(m: &ActionMove<'_>) -> Self {
+        OwnedMove {
+            action_id: m.action_id.to_string(),
+            from: m.from.to_vec(),
+            to: m.to,
+            error: m.error.map(String::from),
+            at: m.at,
+        }
+    }
+}
+
+/// The stored action if its status is one the move starts from.
+fn movable_action(tx: &Connection, m: &OwnedMove) -> StoreResult<Option<ActionRecord>> {
+    let Some(text) = one_body(
+        tx,
+        "SELECT body FROM actions WHERE action_id = ?",
+        &[&m.action_id],
+    )?
+    else {
+        return Ok(None);
+    };
+    let a: ActionRecord = serde_json::from_str(&text).map_err(json_err)?;
+    Ok(m.from.contains(&a.status).then_some(a))
+}
+
+fn move_action(tx: &Connection, mut a: ActionRecord, m: &OwnedMove) -> StoreResult<()> {
+    a.status = m.to;
+    a.error = m.error.clone();
+    a.updated_at = m.at.max(a.updated_at);
+    // A status a worker moved was delivered: out of the sweeper's unsent listing.
+    a.enqueued_at = a.enqueued_at.or(Some(m.at));
+    let body = packed_json(&a)?;
+    tx.run(
+        "UPDATE actions SET body = ?, enqueued_at = ? WHERE action_id = ?",
+        params![body, a.enqueued_at, m.action_id],
+    )
+    .map_err(db_err)?;
+    Ok(())
 }
