@@ -130,6 +130,56 @@ async fn a_worker_that_dies_after_the_broker_accepted_does_not_order_twice(b: Ba
     assert_eq!(t.position("ACC-1", "CLF27").await, 6);
 }
 
+both!(a_worker_that_dies_after_the_record_has_settled_the_action);
+/// The order's record of the broker's answer and its action's settle are one write: a
+/// worker that dies right after it leaves the order filled and the action `succeeded`
+/// before anything else runs (with two writes the action stayed `processing` until the
+/// redelivery); the redelivery then only acknowledges the message.
+async fn a_worker_that_dies_after_the_record_has_settled_the_action(b: Backend) {
+    let quiet = Server::with_workers(b, &[("AIRLOCK_WORKERS", "off")]);
+    let e = execute_order(&quiet.trader(), market(3), "rec-1", "call-rec").await;
+    let action_id = e["action_id"].as_str().unwrap().to_string();
+    let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
+    let stack = quiet
+        .crash()
+        .start(&[
+            ("AIRLOCK_NOW", MARKET_OPEN),
+            ("AIRLOCK_WORKERS", "on"),
+            ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+            ("AIRLOCK_FAILPOINTS", "worker.after_record"),
+        ])
+        .wait_exit(Duration::from_secs(20));
+    // The state the crash left, read with the workers off.
+    let s = stack.start(&[("AIRLOCK_NOW", MARKET_OPEN), ("AIRLOCK_WORKERS", "off")]);
+    let t = s.trader();
+    let a = t.get(&format!("/actions/{action_id}")).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(t.order(&order_id).await["status"], "filled");
+    assert_eq!(t.position("ACC-1", "CLF27").await, 6);
+    assert_eq!(s.queued_messages(), 1, "the message was never deleted");
+    // The redelivery acknowledges it; nothing runs twice.
+    let s = s.crash().start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while s.queued_messages() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the redelivery was never acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let t = s.trader();
+    assert_eq!(
+        t.get(&format!("/actions/{action_id}")).await["status"],
+        "succeeded"
+    );
+    assert_eq!(broker_orders(&s, "ACC-1"), 1, "one order at the broker");
+    assert_eq!(t.position("ACC-1", "CLF27").await, 6, "filled once");
+}
+
 both!(a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twice);
 async fn a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twice(b: Backend) {
     // The order worker dies after the broker filled; the redelivery waits out its

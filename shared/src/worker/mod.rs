@@ -940,6 +940,11 @@ async fn submit(
                         .filter(|_| settle_here);
                     let settles = outcome.as_ref().map(|o| settle(msg, o, now));
                     if record(st, &order, &ack, now, settles.as_ref()).await? {
+                        if crate::failpoint::hit("worker.after_record") {
+                            // Test-only: the worker dies right after the order's record.
+                            tracing::error!(order_id = %order_id, "failpoint worker.after_record: aborting");
+                            std::process::abort();
+                        }
                         if let Some(o) = outcome {
                             return Ok((o, true));
                         }
