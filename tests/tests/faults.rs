@@ -386,6 +386,42 @@ async fn the_worker_carries_on_when_its_writes_lose_their_replies() {
 }
 
 #[tokio::test]
+async fn the_worker_carries_on_when_its_record_with_the_settle_loses_its_reply() {
+    let (s, proxy) = start(&[
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ]);
+    let t = s.trader();
+    let before = t.position("ACC-1", "CLF27").await;
+    let p = executable_plan(&t).await;
+    // The order's record with its action's settle (the one transaction that moves an
+    // action's status) is applied and its reply lost; the SDK's retry fails its condition.
+    proxy.on_matching(
+        "TransactWriteItems",
+        Some("updated_at = :now, enqueued_at = if_not_exists(enqueued_at, :now)"),
+        Fault::DropReply,
+        Some(1),
+    );
+    let r = t.execute(&p, "slost-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let a = t.settled(r["action_id"].as_str().unwrap_or_default()).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(
+        proxy.faulted("TransactWriteItems"),
+        1,
+        "the reply was dropped"
+    );
+    let order_id = a["resource_refs"]["order_id"].as_str().unwrap_or_default();
+    assert_eq!(t.order(order_id).await["status"], "filled");
+    assert_eq!(
+        t.position("ACC-1", "CLF27").await,
+        before + 1,
+        "filled once"
+    );
+}
+
+#[tokio::test]
 async fn the_sweeper_sends_what_a_crash_left_when_sqs_comes_back() {
     let stack = Stack::new(Backend::Aws);
     let proxy = FaultProxy::start(&stack.emulator_endpoint().expect("emulator"));

@@ -1184,6 +1184,16 @@ async fn an_order_step_settles_its_action_in_the_same_write(b: Backend) {
         from: &unsettled,
         ..succeeded
     };
+    // No such action.
+    let nobody = ActionMove {
+        action_id: "act-none",
+        ..succeeded
+    };
+    assert!(!w
+        .advance_order(&submitted, &filled, Some(&pos(5, None)), Some(&nobody))
+        .await
+        .unwrap());
+    unchanged("the action does not exist").await;
     // The order is not in the status the step starts from.
     assert!(!w
         .advance_order(
@@ -1223,12 +1233,17 @@ async fn an_order_step_settles_its_action_in_the_same_write(b: Backend) {
         (a.status, a.error, a.updated_at, a.enqueued_at),
         (ActionStatus::Succeeded, None, NOW + 10, Some(NOW + 10))
     );
-    // Replayed: the order moved on; the settled action stays as it is.
+    // Replayed later: the order moved on; the settled action stays as it is.
+    let again = ActionMove {
+        at: NOW + 15,
+        ..succeeded
+    };
     assert!(!w
-        .advance_order(&submitted, &filled, Some(&pos(5, None)), Some(&succeeded))
+        .advance_order(&submitted, &filled, Some(&pos(5, None)), Some(&again))
         .await
         .unwrap());
     assert_eq!(ex().await, exposure(5, 0, 0));
+    assert_eq!(act("act-s1").await.updated_at, NOW + 10);
 
     // A rejection settles its action failed, with the reason, and releases the reservation.
     assert_eq!(

@@ -934,7 +934,8 @@ async fn submit(
                         ));
                     }
                     // The broker's answer decides the action: it settles with the order's
-                    // record, one write instead of two.
+                    // record, one write instead of two, both at the answer's time.
+                    let now = st.clock.now_ms().max(now);
                     let next = recorded(&order, &ack, now);
                     let outcome = submission_outcome(&order_id, next.status, ack.reason.as_deref())
                         .filter(|_| settle_here);
