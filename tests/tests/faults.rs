@@ -351,8 +351,10 @@ async fn random_fault_schedules_never_lose_or_double_an_action() {
     assert_eq!(s.queued_messages(), 0, "seed {seed}: nothing left queued");
 }
 
-#[tokio::test]
-async fn the_worker_carries_on_when_its_writes_lose_their_replies() {
+/// A market buy of 1 executed with the workers on, while the order worker's
+/// transactions whose body contains `text` are applied and their replies lost `times`
+/// times: every one was faulted, the action `succeeded`, the order filled once.
+async fn worker_carries_on_after_lost_replies(text: &str, times: usize, key: &str) {
     let (s, proxy) = start(&[
         ("AIRLOCK_WORKERS", "on"),
         ("AIRLOCK_WORKER_RETRY_MS", "100"),
@@ -361,56 +363,20 @@ async fn the_worker_carries_on_when_its_writes_lose_their_replies() {
     let t = s.trader();
     let before = t.position("ACC-1", "CLF27").await;
     let p = executable_plan(&t).await;
-    // The order worker's transactions (they write the orders table) are applied, and
-    // their replies lost, twice.
     proxy.on_matching(
         "TransactWriteItems",
-        Some("airlock-orders\""),
+        Some(text),
         Fault::DropReply,
-        Some(2),
+        Some(times),
     );
-    let r = t.execute(&p, "wlost-1").await;
+    let r = t.execute(&p, key).await;
     assert_eq!(r.status, 202, "{:?}", r.body);
     let a = t.settled(r["action_id"].as_str().unwrap_or_default()).await;
     assert_eq!(a["status"], "succeeded", "{:?}", a.body);
     assert_eq!(
         proxy.faulted("TransactWriteItems"),
-        2,
-        "both replies were dropped"
-    );
-    assert_eq!(
-        t.position("ACC-1", "CLF27").await,
-        before + 1,
-        "filled once"
-    );
-}
-
-#[tokio::test]
-async fn the_worker_carries_on_when_its_record_with_the_settle_loses_its_reply() {
-    let (s, proxy) = start(&[
-        ("AIRLOCK_WORKERS", "on"),
-        ("AIRLOCK_WORKER_RETRY_MS", "100"),
-        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
-    ]);
-    let t = s.trader();
-    let before = t.position("ACC-1", "CLF27").await;
-    let p = executable_plan(&t).await;
-    // The order's record with its action's settle (the one transaction that moves an
-    // action's status) is applied and its reply lost; the SDK's retry fails its condition.
-    proxy.on_matching(
-        "TransactWriteItems",
-        Some("updated_at = :now, enqueued_at = if_not_exists(enqueued_at, :now)"),
-        Fault::DropReply,
-        Some(1),
-    );
-    let r = t.execute(&p, "slost-1").await;
-    assert_eq!(r.status, 202, "{:?}", r.body);
-    let a = t.settled(r["action_id"].as_str().unwrap_or_default()).await;
-    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
-    assert_eq!(
-        proxy.faulted("TransactWriteItems"),
-        1,
-        "the reply was dropped"
+        times,
+        "every matching reply was dropped"
     );
     let order_id = a["resource_refs"]["order_id"].as_str().unwrap_or_default();
     assert_eq!(t.order(order_id).await["status"], "filled");
@@ -419,6 +385,25 @@ async fn the_worker_carries_on_when_its_record_with_the_settle_loses_its_reply()
         before + 1,
         "filled once"
     );
+}
+
+#[tokio::test]
+async fn the_worker_carries_on_when_its_writes_lose_their_replies() {
+    // The order worker's transactions (they write the orders table) are applied, and
+    // their replies lost, twice (the claim's, and the SDK's retry of it).
+    worker_carries_on_after_lost_replies("airlock-orders\"", 2, "wlost-1").await;
+}
+
+#[tokio::test]
+async fn the_worker_carries_on_when_its_record_with_the_settle_loses_its_reply() {
+    // The order's record with its action's settle (the one transaction that moves an
+    // action's status) is applied and its reply lost; the SDK's retry fails its condition.
+    worker_carries_on_after_lost_replies(
+        "updated_at = :now, enqueued_at = if_not_exists(enqueued_at, :now)",
+        1,
+        "slost-1",
+    )
+    .await;
 }
 
 #[tokio::test]
