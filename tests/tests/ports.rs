@@ -1907,3 +1907,79 @@ async fn the_price_table_is_decoded_once_per_change(b: Backend) {
     );
 }
 both!(the_price_table_is_decoded_once_per_change);
+
+/// Orders on one account's contracts, submitted to the paper broker at the same time (the
+/// workers handle each account-and-contract group at once), all fill: the writers of the
+/// account's book take turns in a process instead of losing optimistic rounds to each other
+/// until one gives up. A second broker on the same store (another process) submitting at
+/// the same time is held off by the versions, and its lost rounds pause before they read
+/// again; nothing is lost or counted twice.
+async fn the_paper_broker_fills_concurrent_orders_on_one_account(b: Backend) {
+    use airlock::adapters::paper_broker::PaperBroker;
+    use airlock::ports::broker::{Broker, BrokerOrder, BrokerStatus};
+    let e = env(b).await;
+    let months = ["CLF27", "CLG27", "CLH27", "CLJ27", "CLK27", "CLM27"];
+    let price = airlock::domain::Price::parse("68.40").unwrap();
+    let table = months.iter().map(|m| (m.to_string(), price)).collect();
+    e.p.paper.set_prices(&table).await.unwrap();
+    let other = Arc::new(PaperBroker::new(e.book.clone()));
+    let order = |i: usize| BrokerOrder {
+        client_order_id: format!("ord-{i}"),
+        terms: OrderTerms {
+            account_id: "ACC-C".into(),
+            symbol: months[i % months.len()].into(),
+            side: Side::Buy,
+            quantity: 1,
+            order_type: OrderType::Market,
+            limit_price: None,
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        },
+        status: BrokerStatus::Working,
+        filled_quantity: 0,
+        avg_fill_price: None,
+        reason: None,
+        triggered: false,
+    };
+    const MINE: usize = 36;
+    const OTHERS: usize = 6;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..MINE + OTHERS {
+        let broker = if i < MINE {
+            e.p.paper.clone()
+        } else {
+            other.clone()
+        };
+        let o = order(i);
+        tasks.spawn(async move { broker.submit(&o).await });
+    }
+    let mut filled = 0;
+    while let Some(done) = tasks.join_next().await {
+        let ack = done.unwrap().expect("no order gives up on the book");
+        assert_eq!(ack.status, BrokerStatus::Filled, "{ack:?}");
+        filled += 1;
+    }
+    assert_eq!(filled, MINE + OTHERS);
+    let mut positions = e.p.paper.positions("ACC-C").await.unwrap();
+    positions.sort_by(|a, b| a.symbol.cmp(&b.symbol));
+    let held: Vec<(String, i64)> = positions
+        .into_iter()
+        .map(|p| (p.symbol, p.quantity))
+        .collect();
+    let mut want: Vec<(String, i64)> = months.iter().map(|m| (m.to_string(), 7)).collect();
+    want.sort();
+    assert_eq!(held, want, "every fill moved the book once");
+    // A resend of a client order id is the same order, not a new fill.
+    let again = e.p.paper.submit(&order(0)).await.unwrap();
+    assert_eq!(again.status, BrokerStatus::Filled);
+    let total: i64 =
+        e.p.paper
+            .positions("ACC-C")
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| p.quantity)
+            .sum();
+    assert_eq!(total, (MINE + OTHERS) as i64);
+}
+both!(the_paper_broker_fills_concurrent_orders_on_one_account);

@@ -24,6 +24,16 @@
 //! as a broker's order history (and Airlock's own `orders` table) does. Books written before
 //! this layout kept every order inside the account document; the first operation on such an
 //! account gives each of those orders its own document and drops them from the book.
+//!
+//! **Writers of one account's book take turns.** Every order of an account that fills moves
+//! the one book, and the workers handle an account's contracts (their message groups) at the
+//! same time. Left to optimistic concurrency alone, concurrent writers in one process each
+//! read the book, all but one lose the write, and all read again at once: with six or more
+//! of them, one could lose every round and fail its message, retried seconds later. So in
+//! a process the writers of an account's book queue for it ([`PaperBroker::book_turn`]);
+//! between processes (Lambdas, `airlock prices set`) the versions still decide, and a
+//! writer that lost a round waits a random moment, longer each round, before reading again
+//! ([`pause`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +50,18 @@ use crate::ports::{PaperBookStore, PaperDoc, Prices};
 
 pub const PRICES_KEY: &str = "prices";
 const MAX_ROUNDS: usize = 16;
+
+/// Before round `round` of a read-and-write that lost the one before (another process wrote
+/// the document in between): a random pause of up to 2^round ms, 64 ms at most, so that
+/// contenders spread out instead of colliding again at once. None before the first round.
+async fn pause(round: usize) {
+    if round == 0 {
+        return;
+    }
+    let most = 1u64 << round.min(6);
+    let ms = rand::Rng::gen_range(&mut rand::thread_rng(), 0..=most);
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
 
 /// An account's book as stored: its positions. `orders` is only ever non-empty in a book
 /// written before orders had their own documents; it is emptied on first use.
@@ -65,6 +87,9 @@ pub struct PaperBroker {
     /// it, and it changes only with `airlock prices set` (possibly in another process), so
     /// each read asks the store whether the version moved and decodes only when it did.
     prices: std::sync::Mutex<Option<(u64, Arc<PriceTable>)>>,
+    /// Per account, the turn its book's writers in this process take (see the module's
+    /// notes). One entry per account this process wrote to.
+    books: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Reference prices by contract symbol.
@@ -230,7 +255,21 @@ impl PaperBroker {
         PaperBroker {
             store,
             prices: std::sync::Mutex::new(None),
+            books: Default::default(),
         }
+    }
+
+    /// Waits for this process's turn to write `account_id`'s book; the turn lasts as long
+    /// as the guard.
+    async fn book_turn(&self, account_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = self
+            .books
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(account_id.to_string())
+            .or_default()
+            .clone();
+        turn.lock_owned().await
     }
 
     /// The reference price table, as stored now.
@@ -258,7 +297,8 @@ impl PaperBroker {
 
     /// Sets reference prices (seeding, or `airlock prices set`).
     pub async fn set_prices(&self, prices: &BTreeMap<String, Price>) -> StoreResult<()> {
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
             let (doc, version) = self.store.load(PRICES_KEY).await?;
             let mut table: BTreeMap<String, Price> = decode(doc)?;
             table.extend(prices.iter().map(|(k, v)| (k.clone(), *v)));
@@ -279,7 +319,9 @@ impl PaperBroker {
         account_id: &str,
         positions: &[BrokerPosition],
     ) -> StoreResult<()> {
-        for _ in 0..MAX_ROUNDS {
+        let _turn = self.book_turn(account_id).await;
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
             let (mut book, version) = self.load_book(account_id).await?;
             for p in positions {
                 book.positions.insert(p.symbol.clone(), p.clone());
@@ -300,7 +342,8 @@ impl PaperBroker {
     /// is newer and kept), then the orders leave the book.
     async fn load_book(&self, account_id: &str) -> StoreResult<(StoredBook, u64)> {
         let key = account_key(account_id);
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
             let (doc, version) = self.store.load(&key).await?;
             let mut book: StoredBook = decode(doc)?;
             if book.orders.is_empty() {
@@ -370,13 +413,16 @@ impl Broker for PaperBroker {
     async fn submit(&self, order: &BrokerOrder) -> StoreResult<BrokerOrder> {
         let account = order.terms.account_id.as_str();
         let key = order_key(account, &order.client_order_id);
-        // The price table and the book are read side by side; a later round reads the
-        // book again. Loading the book also converts an old one, so every order has its
-        // document.
+        // In turn with this process's other writers of the account's book. The price table
+        // and the book are read side by side; a later round (another process wrote the
+        // book) reads the book again. Loading the book also converts an old one, so every
+        // order has its document.
+        let _turn = self.book_turn(account).await;
         let (prices, first) = tokio::try_join!(self.prices(), self.load_book(account))?;
         let reference = prices.get(&order.terms.symbol).copied();
         let mut loaded = Some(first);
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
             let (mut book, version) = match loaded.take() {
                 Some(first) => first,
                 None => self.load_book(account).await?,
@@ -411,7 +457,8 @@ impl Broker for PaperBroker {
         account_id: &str,
         client_order_id: &str,
     ) -> StoreResult<Option<BrokerOrder>> {
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
             let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
                 return Ok(None);
             };
@@ -438,7 +485,8 @@ impl Broker for PaperBroker {
     ) -> StoreResult<Option<BrokerOrder>> {
         let prices = self.prices().await?;
         let key = order_key(account_id, client_order_id);
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
             let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
                 return Ok(None);
             };
@@ -454,6 +502,8 @@ impl Broker for PaperBroker {
                 // A stop was triggered but its limit does not trade yet.
                 None => self.store.save(&key, &encode(&o)?, version).await?,
                 Some(price) => {
+                    // The fill moves the book: in turn with this process's other writers.
+                    let _turn = self.book_turn(account_id).await;
                     let (mut book, book_version) = self.load_book(account_id).await?;
                     if let Err(why) = fill(&mut book.positions, &mut o, price) {
                         // It cannot fill, now or at any price like this one: cancel it
@@ -617,9 +667,14 @@ mod tests {
     }
 
     /// An in-memory [`PaperBookStore`] that records the largest document it was asked to
-    /// write and the most documents written at once.
+    /// write and the most documents written at once. With `hop` set, a write first yields
+    /// to every other task, as a write that waits on the database does: concurrent
+    /// writers all read before any of them writes.
     #[derive(Default)]
     struct MemStore {
+        hop: std::sync::atomic::AtomicBool,
+        /// Writes refused for a moved version.
+        lost: std::sync::atomic::AtomicUsize,
         docs: std::sync::Mutex<BTreeMap<String, (serde_json::Value, u64)>>,
         largest_doc: std::sync::atomic::AtomicUsize,
         most_docs: std::sync::atomic::AtomicUsize,
@@ -652,11 +707,15 @@ mod tests {
         }
         async fn save_all(&self, docs: &[PaperDoc]) -> StoreResult<bool> {
             use std::sync::atomic::Ordering::Relaxed;
+            if self.hop.load(Relaxed) {
+                tokio::task::yield_now().await;
+            }
             let mut all = self.docs.lock().unwrap();
             if docs
                 .iter()
                 .any(|d| all.get(&d.key).map(|x| x.1).unwrap_or(0) != d.expected_version)
             {
+                self.lost.fetch_add(1, Relaxed);
                 return Ok(false);
             }
             self.most_docs.fetch_max(docs.len(), Relaxed);
@@ -705,6 +764,48 @@ mod tests {
             .await
             .unwrap();
         (store, broker)
+    }
+
+    /// Forty orders on one account's contracts at once, each write a hop: in turn, every
+    /// one fills at its first write. Left to optimistic rounds alone, one writer won per
+    /// round and the fortieth would have needed forty: it gave up after sixteen (with the
+    /// random pauses alone they all fill, after lost rounds).
+    #[tokio::test]
+    async fn concurrent_orders_on_one_account_take_turns_on_its_book() {
+        let (store, broker) = broker_at("68.40").await;
+        let months = ["CLF27", "CLG27", "CLH27", "CLJ27"];
+        let prices = months.iter().map(|m| (m.to_string(), p("68.40"))).collect();
+        broker.set_prices(&prices).await.unwrap();
+        store.hop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let broker = Arc::new(broker);
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..40 {
+            let mut o = new_order(&format!("o-{i}"), Side::Buy, OrderType::Market, None);
+            o.terms.symbol = months[i % months.len()].into();
+            let broker = broker.clone();
+            tasks.spawn(async move { broker.submit(&o).await });
+        }
+        while let Some(done) = tasks.join_next().await {
+            assert_eq!(done.unwrap().unwrap().status, BrokerStatus::Filled);
+        }
+        let held: Vec<i64> = broker
+            .positions("ACC-1")
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| p.quantity)
+            .collect();
+        assert_eq!(held, [10, 10, 10, 10]);
+        assert_eq!(
+            store.docs.lock().unwrap()["account:ACC-1"].1,
+            40,
+            "40 writes"
+        );
+        assert_eq!(
+            store.lost.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "no write lost a round"
+        );
     }
 
     /// 5,000 orders on one account: alternating market buys and sells, and every tenth a

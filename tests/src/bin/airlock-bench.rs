@@ -19,7 +19,10 @@
 //! scenario, wait up to this long for other processes to leave the machine idle; default 120),
 //! `--workers on|off` (`AIRLOCK_WORKERS` of the `reads` and `pairs` servers; default `off`, as
 //! in the test harness, so only the HTTP path is measured; `startup` uses serve's default),
-//! `--queued N` (`workers`: orders queued and drained, default 1000), `--stream-clients N`
+//! `--queued N` (`workers`: orders queued and drained, default 1000), `--groups N`
+//! (`workers` queueing and `aws-calls`: the account-and-contract message groups the queued
+//! orders rotate over, 1 to 12, default 6: both energy accounts on CLF27, CLG27, CLH27, then
+//! the months after), `--stream-clients N`
 //! (`workers`: clients, default 4), `--stream-secs SECS` (`workers`: measured stream, default
 //! 20), `--stream-rates R,R` (`workers`: one stream per rate, pairs/s over all clients, 0 for
 //! a closed loop; default `0,50`).
@@ -99,6 +102,20 @@ struct Opts {
     stream_rates: Vec<u64>,
     /// `reads`: the paths from the server's root, taken in turn by each client.
     read_paths: Vec<String>,
+    /// `workers` and `aws-calls`: the account-and-contract message groups the queued
+    /// orders rotate over ([`combos`]).
+    groups: usize,
+}
+
+/// The contract months `--groups` takes, front month first (at [`MARKET_OPEN`]).
+const MONTHS: [&str; 6] = ["CLF27", "CLG27", "CLH27", "CLJ27", "CLK27", "CLM27"];
+
+/// `n` account-and-contract groups: both energy accounts on each month in turn, so the first
+/// six are [`COMBOS`].
+fn combos(n: usize) -> Vec<(&'static str, &'static str)> {
+    (0..n.clamp(1, 2 * MONTHS.len()))
+        .map(|i| (["ACC-1", "ACC-2"][i % 2], MONTHS[i / 2]))
+        .collect()
 }
 
 struct Row {
@@ -1215,10 +1232,6 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
     rows
 }
 
-/// ERROR lines of the server log, grouped by their `cause` field.
-/// The bench's orders stay open while the workers are off, and position limits count open
-/// orders: a policy without a practical position limit keeps every pair executable, so the
-/// figures measure the protocol, not the limit.
 /// `mcp`: the latency of MCP tool calls next to the REST calls they wrap, one client in a
 /// closed loop for `--duration` (after the warm-up): each round is `tools/list`, then
 /// `plan_cl_order` and `execute_plan` over MCP (2026-07-28 wire form), then the same plan
@@ -1367,6 +1380,9 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
     rows
 }
 
+/// The bench's orders stay open while the workers are off, and position limits count open
+/// orders: a policy without a practical position limit keeps every pair executable, so the
+/// figures measure the protocol, not the limit.
 fn no_position_limit(s: &Server) {
     let file = s.state_dir.join("bench-policy.json");
     std::fs::write(&file, r#"{"version": "bench", "max_position": 4000000000, "confirmation": {"order.submit.cl": "token"}}"#)
@@ -1374,14 +1390,20 @@ fn no_position_limit(s: &Server) {
     s.cli(&["policy", "set", file.to_str().expect("utf-8 path")]);
 }
 
+/// ERROR lines of the server log, grouped by their `cause` field.
 fn server_errors(state_dir: &Path) -> String {
+    server_lines(state_dir, "ERROR")
+}
+
+/// Lines of the server log at `level`, grouped by their `cause` field.
+fn server_lines(state_dir: &Path, level: &str) -> String {
     let log = std::fs::read_to_string(state_dir.join("serve.log")).unwrap_or_default();
     let mut causes: BTreeMap<String, u64> = BTreeMap::new();
     for line in log.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        if v["level"] != "ERROR" {
+        if v["level"] != level {
             continue;
         }
         let f = &v["fields"];
@@ -1586,12 +1608,14 @@ async fn queue_orders(
     traders: &[(String, String)],
     n: usize,
     tag: &str,
+    groups: usize,
 ) -> (Vec<(String, Instant)>, Errors) {
+    let combos = combos(groups);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for (sub, tok) in traders {
         let c = Client::new(s, service, sub, tok);
-        let (next, tag) = (next.clone(), tag.to_string());
+        let (next, tag, combos) = (next.clone(), tag.to_string(), combos.clone());
         tasks.push(tokio::spawn(async move {
             let mut out = Vec::new();
             let mut errors = Errors::default();
@@ -1600,8 +1624,8 @@ async fn queue_orders(
                 if k >= n {
                     break;
                 }
-                let (account, symbol) = COMBOS[k % COMBOS.len()];
-                let side = if (k / COMBOS.len()).is_multiple_of(2) {
+                let (account, symbol) = combos[k % combos.len()];
+                let side = if (k / combos.len()).is_multiple_of(2) {
                     "buy"
                 } else {
                     "sell"
@@ -1662,7 +1686,7 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
     let service = s.service_token();
     let traders = bench_traders(&s, o.stream_clients);
     let t = Instant::now();
-    let (executed, errors) = queue_orders(&s, &service, &traders, n, "queued").await;
+    let (executed, errors) = queue_orders(&s, &service, &traders, n, "queued", o.groups).await;
     let queued_in = t.elapsed();
     errors.print_samples("queue");
     let ours: std::collections::HashSet<String> =
@@ -1850,6 +1874,11 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
         b,
         "drain: server log ERROR lines",
         server_errors(&s.state_dir),
+    ));
+    rows.push(info(
+        b,
+        "drain: server log WARN lines",
+        server_lines(&s.state_dir, "WARN"),
     ));
     drop(s);
 
@@ -2219,7 +2248,7 @@ fn install_logged_moto() -> PathBuf {
 /// AWS calls per API operation (the request log's `backend_calls`, counted by the SDK
 /// interceptor) and per order handled by the in-process worker (the emulator's own call log,
 /// in a window with no HTTP requests, minus an idle window of the same length).
-async fn bench_aws_calls(_o: &Opts) -> Vec<Row> {
+async fn bench_aws_calls(o: &Opts) -> Vec<Row> {
     let b = "aws-calls";
     let calls_log = PathBuf::from(std::env::var("AIRLOCK_BENCH_CALLS_LOG").expect("call log"));
     eprintln!("== aws-calls: AWS backend on moto (one request at a time)");
@@ -2415,7 +2444,7 @@ async fn bench_aws_calls(_o: &Opts) -> Vec<Row> {
         .filter(|(l, _, _, _, st)| l.contains("202 queued") && *st == 202)
         .count();
     let traders = vec![(TRADER.to_string(), op.clone())];
-    let (executed, errors) = queue_orders(&s, &service, &traders, n, "aws-worker").await;
+    let (executed, errors) = queue_orders(&s, &service, &traders, n, "aws-worker", o.groups).await;
     errors.print_samples("aws queue");
     let ids: Vec<String> = executed.iter().map(|(a, _)| a.clone()).collect();
     let stack = s.crash();
@@ -2535,7 +2564,7 @@ async fn bench_aws_calls(_o: &Opts) -> Vec<Row> {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: airlock-bench <startup|reads|pairs|pairs-shared|workers|all|mcp|aws-calls> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off] [--queued N] [--stream-clients N] [--stream-secs SECS] [--stream-rates R,R] [--read-paths /P,/P]"
+        "usage: airlock-bench <startup|reads|pairs|pairs-shared|workers|all|mcp|aws-calls> [--duration SECS] [--clients N] [--runs N] [--orders N] [--no-baseline] [--wait-idle SECS] [--workers on|off] [--queued N] [--groups N] [--stream-clients N] [--stream-secs SECS] [--stream-rates R,R] [--read-paths /P,/P]"
     );
     std::process::exit(2)
 }
@@ -2564,6 +2593,7 @@ fn main() {
         stream_secs: Duration::from_secs(20),
         stream_rates: vec![0, 50],
         read_paths: READ_PATHS.iter().map(|p| format!("{BASE}{p}")).collect(),
+        groups: COMBOS.len(),
     };
     while let Some(a) = args.next() {
         let mut num = || -> u64 {
@@ -2578,6 +2608,7 @@ fn main() {
             "--orders" => o.orders = num() as usize,
             "--no-baseline" => o.baseline = false,
             "--queued" => o.queued = num().max(1) as usize,
+            "--groups" => o.groups = (num() as usize).clamp(1, 2 * MONTHS.len()),
             "--stream-clients" => o.stream_clients = num().max(1) as usize,
             "--stream-secs" => o.stream_secs = Duration::from_secs(num().max(1)),
             "--stream-rates" => {
