@@ -143,16 +143,7 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         requested_by: "op-1".into(),
         service_principal: "svc1".into(),
         normalized_payload: NormalizedPayload::OrderSubmitCl(NormalizedOrder {
-            terms: OrderTerms {
-                account_id: account_id.into(),
-                symbol: SYMBOL.into(),
-                side: Side::Buy,
-                quantity: 1,
-                order_type: OrderType::Market,
-                limit_price: None,
-                stop_price: None,
-                time_in_force: TimeInForce::Day,
-            },
+            terms: market_buy(account_id, SYMBOL, 1),
             contract_month: None,
             last_trade_date: None,
         }),
@@ -955,19 +946,24 @@ both!(control_writes_are_versioned);
 // ---------------------------------------------------------------------------------------
 // 5. WorkerStore::advance_order
 
+/// A market buy's terms, good for the day.
+fn market_buy(account_id: &str, symbol: &str, quantity: u32) -> OrderTerms {
+    OrderTerms {
+        account_id: account_id.into(),
+        symbol: symbol.into(),
+        side: Side::Buy,
+        quantity,
+        order_type: OrderType::Market,
+        limit_price: None,
+        stop_price: None,
+        time_in_force: TimeInForce::Day,
+    }
+}
+
 fn order(status: OrderStatus, filled: u32) -> Order {
     Order {
         order_id: "ord-w".into(),
-        terms: OrderTerms {
-            account_id: "ACC-W".into(),
-            symbol: SYMBOL.into(),
-            side: Side::Buy,
-            quantity: 5,
-            order_type: OrderType::Market,
-            limit_price: None,
-            stop_price: None,
-            time_in_force: TimeInForce::Day,
-        },
+        terms: market_buy("ACC-W", SYMBOL, 5),
         status,
         filled_quantity: filled,
         avg_fill_price: None,
@@ -1925,16 +1921,7 @@ async fn the_paper_broker_fills_concurrent_orders_on_one_account(b: Backend) {
     let other = Arc::new(PaperBroker::new(e.book.clone()));
     let order = |i: usize| BrokerOrder {
         client_order_id: format!("ord-{i}"),
-        terms: OrderTerms {
-            account_id: "ACC-C".into(),
-            symbol: months[i % months.len()].into(),
-            side: Side::Buy,
-            quantity: 1,
-            order_type: OrderType::Market,
-            limit_price: None,
-            stop_price: None,
-            time_in_force: TimeInForce::Day,
-        },
+        terms: market_buy("ACC-C", months[i % months.len()], 1),
         status: BrokerStatus::Working,
         filled_quantity: 0,
         avg_fill_price: None,
