@@ -1909,7 +1909,8 @@ both!(the_price_table_is_decoded_once_per_change);
 /// account's book take turns in a process instead of losing optimistic rounds to each other
 /// until one gives up. A second broker on the same store (another process) submitting at
 /// the same time is held off by the versions, and its lost rounds pause before they read
-/// again; nothing is lost or counted twice.
+/// again (should one still give up, it is retried, as its message would be); nothing is
+/// lost or counted twice.
 async fn the_paper_broker_fills_concurrent_orders_on_one_account(b: Backend) {
     use airlock::adapters::paper_broker::PaperBroker;
     use airlock::ports::broker::{Broker, BrokerOrder, BrokerStatus};
@@ -1938,11 +1939,24 @@ async fn the_paper_broker_fills_concurrent_orders_on_one_account(b: Backend) {
             other.clone()
         };
         let o = order(i);
-        tasks.spawn(async move { broker.submit(&o).await });
+        tasks.spawn(async move { (i, broker.submit(&o).await) });
     }
     let mut filled = 0;
+    let mut gave_up = Vec::new();
     while let Some(done) = tasks.join_next().await {
-        let ack = done.unwrap().expect("no order gives up on the book");
+        match done.unwrap() {
+            (_, Ok(ack)) => {
+                assert_eq!(ack.status, BrokerStatus::Filled, "{ack:?}");
+                filled += 1;
+            }
+            // The other process may lose every round while this one writes back to back
+            // (a slow emulator stretches that): its message would be retried later.
+            (i, Err(e)) if i >= MINE && e.to_string().contains("contention") => gave_up.push(i),
+            (i, Err(e)) => panic!("order {i}: this process's orders never give up: {e}"),
+        }
+    }
+    for i in gave_up {
+        let ack = other.submit(&order(i)).await.expect("retried later");
         assert_eq!(ack.status, BrokerStatus::Filled, "{ack:?}");
         filled += 1;
     }
