@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -69,6 +69,7 @@ pub struct FaultProxy {
     state: Arc<Mutex<State>>,
     stop: Arc<AtomicBool>,
     port: u16,
+    connections: Arc<AtomicUsize>,
 }
 
 impl FaultProxy {
@@ -82,13 +83,15 @@ impl FaultProxy {
         let port = listener.local_addr().expect("proxy address").port();
         let state = Arc::new(Mutex::new(State::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, sp) = (state.clone(), stop.clone());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (st, sp, n) = (state.clone(), stop.clone(), connections.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if sp.load(Ordering::SeqCst) {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
+                n.fetch_add(1, Ordering::SeqCst);
                 let (st, up) = (st.clone(), upstream.clone());
                 std::thread::spawn(move || serve(conn, &up, &st));
             }
@@ -98,7 +101,14 @@ impl FaultProxy {
             state,
             stop,
             port,
+            connections,
         }
+    }
+
+    /// Client connections accepted so far: with clients that keep their connections
+    /// alive, about one per client, however many requests they send.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -134,6 +144,11 @@ impl FaultProxy {
     /// Requests of `operation` seen so far (faulted or not).
     pub fn count(&self, operation: &str) -> usize {
         self.lock().counts.get(operation).copied().unwrap_or(0)
+    }
+
+    /// Requests of every operation seen so far.
+    pub fn total(&self) -> usize {
+        self.lock().counts.values().sum()
     }
 
     /// Requests of `operation` a rule has answered or delayed so far.
@@ -238,7 +253,9 @@ fn forward(upstream: &str, req: &Request) -> Option<Vec<u8>> {
     Some(reply)
 }
 
-/// The answer moto gave, made safe to reuse on a kept-alive client connection.
+/// The answer moto gave, made safe to reuse on a kept-alive client connection: an HTTP/1.1
+/// status line (werkzeug answers `HTTP/1.0`, after which a client closes the connection
+/// whatever the headers say), its length, no `Connection` header.
 fn keep_alive(reply: Vec<u8>) -> Vec<u8> {
     let text_end = reply
         .windows(4)
@@ -248,7 +265,15 @@ fn keep_alive(reply: Vec<u8>) -> Vec<u8> {
     let (head, body) = reply.split_at(text_end);
     let head = String::from_utf8_lossy(head);
     let mut out = String::new();
-    for line in head.split("\r\n") {
+    for (i, line) in head.split("\r\n").enumerate() {
+        if i == 0 {
+            // `HTTP/1.0 200 OK` -> `HTTP/1.1 200 OK`.
+            let status = line.split_once(' ').map_or("200 OK", |(_, s)| s);
+            out.push_str("HTTP/1.1 ");
+            out.push_str(status);
+            out.push_str("\r\n");
+            continue;
+        }
         let lower = line.to_ascii_lowercase();
         if lower.starts_with("connection:")
             || lower.starts_with("content-length:")

@@ -78,6 +78,27 @@ async fn a_lost_reply_of_the_execute_commit_still_answers_202_once() {
     assert_eq!(s.queued_messages(), 1, "queued once");
 }
 
+/// The proxy keeps the SDK's connections alive, as AWS does (moto closes each one): what
+/// `lambda-bench --execute-aws` relies on to measure the function as it runs on AWS. moto
+/// answers `HTTP/1.0`; passed on as is, the SDK closed every connection after one call.
+#[tokio::test]
+async fn the_proxy_keeps_the_sdk_connections_alive() {
+    let (s, proxy) = start(&[("AIRLOCK_WORKERS", "off")]);
+    let t = s.trader();
+    let (calls, connections) = (proxy.total(), proxy.connections());
+    for i in 0..5 {
+        let p = executable_plan(&t).await;
+        let r = t.execute(&p, &format!("alive-{i}")).await;
+        assert_eq!(r.status, 202, "{:?}", r.body);
+    }
+    let (calls, connections) = (proxy.total() - calls, proxy.connections() - connections);
+    assert!(calls >= 40, "five plans and executes made {calls} AWS calls");
+    assert!(
+        connections <= 2,
+        "{connections} new connections for {calls} calls: not kept alive"
+    );
+}
+
 #[tokio::test]
 async fn throttled_dynamodb_answers_503_and_the_same_key_succeeds_after() {
     let (s, proxy) = start(&[]);
