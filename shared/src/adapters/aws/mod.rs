@@ -126,13 +126,33 @@ pub fn timeouts(c: &AwsConfig) -> aws_config::timeout::TimeoutConfig {
 /// The SDK configuration from the standard environment (credentials, region,
 /// `AWS_ENDPOINT_URL`), with the standard retry mode (exponential backoff with jitter, at
 /// most 3 attempts; throttling is retried like any transient error) inside the configured
-/// call limits.
+/// call limits, and the SDK's stalled-stream protection off while the attempt timeout is
+/// the shorter limit (see [`stalled_streams`]).
 pub async fn sdk_config(c: &AwsConfig) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
         .timeout_config(timeouts(c))
+        .stalled_stream_protection(stalled_streams(c))
         .load()
         .await
+}
+
+/// The SDK's stalled-stream protection fails a call whose body moves no byte for its grace
+/// period (20 s); the attempt timeout (1 s by default, at most 60 s) fails the whole attempt,
+/// body included, sooner whenever it is the shorter of the two. Then the protection can
+/// never fire first, and its throughput checks on every request and response body are
+/// CPU for nothing (about a tenth of a millisecond per execute: BENCHMARKS.md, fourteenth
+/// part). Kept on for an attempt timeout longer than its grace period.
+pub fn stalled_streams(
+    c: &AwsConfig,
+) -> aws_config::stalled_stream_protection::StalledStreamProtectionConfig {
+    use aws_config::stalled_stream_protection::StalledStreamProtectionConfig as Stalled;
+    use aws_smithy_runtime_api::client::stalled_stream_protection::DEFAULT_GRACE_PERIOD;
+    if std::time::Duration::from_millis(c.attempt_timeout_ms) <= DEFAULT_GRACE_PERIOD {
+        Stalled::disabled()
+    } else {
+        Stalled::enabled().build()
+    }
 }
 
 /// A single-item write (`PutItem`, `UpdateItem`, `DeleteItem`) refused with
@@ -179,6 +199,25 @@ impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for Sin
 
     fn name(&self) -> &'static str {
         "TransactionConflict on a single-item write"
+    }
+}
+
+#[cfg(test)]
+mod stalled_stream_tests {
+    use super::stalled_streams;
+    use crate::config::AwsConfig;
+
+    #[test]
+    fn the_stalled_stream_check_is_off_only_while_the_attempt_timeout_fires_first() {
+        let with = |ms| AwsConfig {
+            attempt_timeout_ms: ms,
+            operation_timeout_ms: ms,
+            ..AwsConfig::default()
+        };
+        assert!(!stalled_streams(&AwsConfig::default()).is_enabled());
+        assert!(!stalled_streams(&with(20_000)).is_enabled());
+        assert!(stalled_streams(&with(20_001)).is_enabled());
+        assert!(stalled_streams(&with(60_000)).is_enabled());
     }
 }
 
