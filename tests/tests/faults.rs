@@ -92,7 +92,10 @@ async fn the_proxy_keeps_the_sdk_connections_alive() {
         assert_eq!(r.status, 202, "{:?}", r.body);
     }
     let (calls, connections) = (proxy.total() - calls, proxy.connections() - connections);
-    assert!(calls >= 40, "five plans and executes made {calls} AWS calls");
+    assert!(
+        calls >= 40,
+        "five plans and executes made {calls} AWS calls"
+    );
     assert!(
         connections <= 2,
         "{connections} new connections for {calls} calls: not kept alive"
