@@ -96,8 +96,10 @@ async fn the_proxy_keeps_the_sdk_connections_alive() {
         calls >= 40,
         "five plans and executes made {calls} AWS calls"
     );
+    // One connection, or a few where a background call overlaps a request's; a proxy that
+    // does not keep them alive makes one per call.
     assert!(
-        connections <= 2,
+        connections <= 4,
         "{connections} new connections for {calls} calls: not kept alive"
     );
 }
