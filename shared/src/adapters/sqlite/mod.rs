@@ -57,7 +57,15 @@ struct Inner {
     _checkpointer: std::sync::mpsc::Sender<()>,
     /// Raised on each send, per queue, for this process's consumers.
     sent: queue::SendSignals,
+    /// Last, so that it closes after the readers (see [`DbFile`]).
+    _db_file: DbFile,
 }
+
+/// A descriptor of the database file of Airlock's own, for the checkpointer to sync the
+/// pages it copied (see [`checkpointer_thread`]). Closing any descriptor of a file drops
+/// every POSIX lock the process holds on it, SQLite's included, so each holder drops its
+/// clone only after its connection: the descriptor closes after the last connection.
+type DbFile = Arc<std::fs::File>;
 
 fn open(path: &Path) -> rusqlite::Result<Connection> {
     let c = Connection::open(path)?;
@@ -113,6 +121,7 @@ fn writer_thread(
     mut conn: Connection,
     jobs: std::sync::mpsc::Receiver<Job>,
     commits: Arc<std::sync::atomic::AtomicU64>,
+    db_file: DbFile,
 ) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
@@ -125,6 +134,8 @@ fn writer_thread(
         run_batch(&mut conn, batch);
         commits.fetch_add(1, Ordering::Relaxed);
     }
+    drop(conn);
+    drop(db_file);
 }
 
 /// The checkpointer: copies committed WAL frames into the database file, and syncs both,
@@ -134,18 +145,23 @@ fn writer_thread(
 /// the writer (every 1,000 pages) the writer spent about 13 % of its time in `fsync` under
 /// the `pairs` benchmark, and every request behind it waited. The writer's auto-checkpoint
 /// stays as a backstop at [`WRITER_CHECKPOINT_PAGES`]. Ends when its [`Sqlite`] is gone.
+///
+/// SQLite syncs the database file only at the end of a checkpoint that copied the whole
+/// WAL, which a checkpoint beside a busy writer never does (the writer has committed more
+/// by then). So the pages the checkpointer copies stay unsynced until the writer's backstop
+/// checkpoint, whose `fsync` then waits for all of them (5.5 ms at the median under
+/// `pairs`, about four times a second), with every write behind it. The checkpointer syncs
+/// the database file itself after each round ([`DbFile`]), and the backstop's sync finds
+/// little left to write (BENCHMARKS.md, fifteenth part). A sync is never less durable.
 fn checkpointer_thread(
     conn: Connection,
     stop: std::sync::mpsc::Receiver<()>,
     commits: Arc<std::sync::atomic::AtomicU64>,
+    db_file: DbFile,
 ) {
     use std::sync::mpsc::RecvTimeoutError;
     let mut seen = 0;
-    loop {
-        match stop.recv_timeout(CHECKPOINT_EVERY) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-        }
+    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
         let now = commits.load(Ordering::Relaxed);
         if now == seen {
             continue;
@@ -155,8 +171,13 @@ fn checkpointer_thread(
         // and the writer's backstop bounds the WAL meanwhile.
         if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::warn!(cause = %e, "sqlite checkpoint failed; retrying");
+        } else if let Err(e) = db_file.sync_data() {
+            // SQLite's own sync, at the backstop, fails the writer's commit if this persists.
+            tracing::warn!(cause = %e, "syncing the sqlite database file failed; retrying");
         }
     }
+    drop(conn);
+    drop(db_file);
 }
 
 /// One transaction for `batch`: each write in a savepoint, rolled back alone when it fails;
@@ -226,6 +247,17 @@ impl Sqlite {
         std::fs::create_dir_all(state_dir)
             .map_err(|e| format!("creating {}: {e}", state_dir.display()))?;
         let path = state_dir.join("airlock.db");
+        // Opened (and created, empty, on the first start: SQLite takes an empty file for a
+        // new database) before any connection, so that on every way out of this function it
+        // closes after them (see [`DbFile`]).
+        let db_file: DbFile = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map(Arc::new)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let mut writer = open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         schema::migrate(&mut writer).map_err(|e| format!("migrating {}: {e}", path.display()))?;
         let readers = (0..READERS)
@@ -238,16 +270,16 @@ impl Sqlite {
         let checkpoints = open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        let c = commits.clone();
+        let (c, f) = (commits.clone(), db_file.clone());
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_thread(writer, queue, c))
+            .spawn(move || writer_thread(writer, queue, c, f))
             .map_err(|e| format!("starting the SQLite writer thread: {e}"))?;
         let (checkpointer, stop) = std::sync::mpsc::channel::<()>();
-        let c = commits.clone();
+        let (c, f) = (commits.clone(), db_file.clone());
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || checkpointer_thread(checkpoints, stop, c))
+            .spawn(move || checkpointer_thread(checkpoints, stop, c, f))
             .map_err(|e| format!("starting the SQLite checkpoint thread: {e}"))?;
         Ok(Sqlite {
             inner: Arc::new(Inner {
@@ -257,6 +289,7 @@ impl Sqlite {
                 next: AtomicUsize::new(0),
                 _checkpointer: checkpointer,
                 sent: queue::SendSignals::default(),
+                _db_file: db_file,
             }),
         })
     }
@@ -424,6 +457,63 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(back, vec![plan, no_checks]);
+    }
+
+    /// The database file Airlock opens beside SQLite (for the checkpointer's syncs) is
+    /// created empty on the first start and taken by SQLite as a new database; it is never
+    /// truncated on a later start; and the writes committed while the checkpointer copies
+    /// and syncs, past the writer's own backstop checkpoint, are all there, whole, after
+    /// the store is dropped and opened again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_database_survives_the_checkpointers_syncs_and_a_reopen() {
+        let dir = std::env::temp_dir().join(format!(
+            "airlock-db-file-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+        ));
+        let db = super::Sqlite::open(&dir).unwrap();
+        db.write(|c| {
+            c.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+                .map_err(super::db_err)
+        })
+        .await
+        .unwrap();
+        // About 3 pages per write, 12,000 pages in all: more than the backstop's 8,192, so
+        // the WAL restarts at least once while the checkpointer works beside the writer.
+        let writes = (0..4_000).map(|i| {
+            let db = db.clone();
+            tokio::spawn(async move {
+                db.write(move |c| {
+                    c.execute("INSERT INTO t (id, body) VALUES (?1, zeroblob(10000))", [i])
+                        .map(|_| ())
+                        .map_err(super::db_err)
+                })
+                .await
+            })
+        });
+        for w in writes.collect::<Vec<_>>() {
+            w.await.unwrap().unwrap();
+        }
+        tokio::time::sleep(super::CHECKPOINT_EVERY * 4).await;
+        drop(db);
+        // The threads close their connections (and the file) once the store is gone.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+        let db = super::Sqlite::open(&dir).unwrap();
+        let (rows, integrity) = db
+            .read(|c| {
+                let rows = count(c);
+                let integrity: String = c
+                    .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                    .map_err(super::db_err)?;
+                Ok((rows, integrity))
+            })
+            .await
+            .unwrap();
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(rows, 4_000);
+        assert_eq!(integrity, "ok");
     }
 
     /// The bundled SQLite is built as `.cargo/config.toml` asks: without the process-wide
