@@ -1,8 +1,9 @@
 //! The embedded backend: one SQLite file under the state dir (WAL), schema migrations
 //! applied at start, one writer connection and a few readers. Every port is implemented on
-//! [`Sqlite`]. Reads run on the blocking pool; writes go to the writer's own thread, which
-//! commits the writes waiting at the same moment together (group commit, each write in
-//! its own savepoint, see [`Sqlite::write`]).
+//! [`Sqlite`]. Reads run on the calling thread on a free reader (see [`Sqlite::read`]);
+//! writes go to the writer's own thread, which commits the writes waiting at the same
+//! moment together (group commit, each write in its own savepoint, see [`Sqlite::write`]);
+//! a checkpointer thread copies the WAL into the database file and syncs it.
 
 mod accounts;
 mod actions;
