@@ -150,7 +150,7 @@ fn writer_thread(
 /// SQLite syncs the database file only at the end of a checkpoint that copied the whole
 /// WAL, which a checkpoint beside a busy writer never does (the writer has committed more
 /// by then). So the pages the checkpointer copies stay unsynced until the writer's backstop
-/// checkpoint, whose `fsync` then waits for all of them (5.5 ms at the median under
+/// checkpoint, whose `fsync` then waits for all of them (5.5 to 6.8 ms at the median under
 /// `pairs`, about four times a second), with every write behind it. The checkpointer syncs
 /// the database file itself after each round ([`DbFile`]), and the backstop's sync finds
 /// little left to write (BENCHMARKS.md, fifteenth part). A sync is never less durable.
