@@ -16,13 +16,15 @@ use crate::http::openapi::{schema, Api, Op};
 use crate::protocol::execute::{ExecuteOutcome, ExecuteRequest, RequestFacts};
 
 pub fn api_doc() -> Api {
-    let accepted = json!({
-        "action_id": "act_01kaq8n0c3d5f7h9j1k3m5",
-        "status": "queued",
-        "queue_target": "orders",
-        "resource_refs": {"account_id": "ACC-1", "order_id": "ord_01kaq8n0c3d5f7h9j1k3m6"},
-        "plan_id": "pln_01kaq8m4x1a7c2e9f0g3h5"
-    });
+    let accepted = |status: &str| {
+        json!({
+            "action_id": "act_01kaq8n0c3d5f7h9j1k3m5",
+            "status": status,
+            "queue_target": "worker:orders",
+            "resource_refs": {"order_id": "ord_01kaq8n0c3d5f7h9j1k3m6"},
+            "plan_id": "pln_01kaq8m4x1a7c2e9f0g3h5"
+        })
+    };
     let action = || {
         json!({
             "GetTheAction": {
@@ -80,10 +82,10 @@ pub fn api_doc() -> Api {
                 Code::OrdersBacklogged,
             ])
             .answers(202, "Queued: the workers carry out the action.", schema::<crate::protocol::execute::Accepted>)
-            .example(accepted.clone())
+            .example(accepted("queued"))
             .links(replay)
             .answers(200, "A retry with the same idempotency key: the action it queued the first time.", schema::<crate::protocol::execute::Accepted>)
-            .example(accepted)
+            .example(accepted("duplicate"))
             .links(action()),
         handler,
     )

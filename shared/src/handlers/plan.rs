@@ -51,16 +51,19 @@ pub fn api_doc() -> Api {
                 "action_type": "order.cancel",
                 "normalized_payload": {"account_id": "ACC-1", "order_id": "ORD-1003"},
                 "risk_checks": [
-                    {"name": "account_active", "status": "pass", "reason": "ACC-1 is active."},
-                    {"name": "order_exists", "status": "pass", "reason": "ORD-1003 is open on ACC-1."}
+                    {"name": "action_enabled", "status": "pass", "reason": "order.cancel is enabled for execution"},
+                    {"name": "kill_switch", "status": "pass", "reason": "trading is enabled (kill switch released)"},
+                    {"name": "account_allowed", "status": "pass", "reason": "account ACC-1 is active"},
+                    {"name": "order_exists", "status": "pass", "reason": "order ORD-1003 is on account ACC-1"},
+                    {"name": "order_cancellable", "status": "pass", "reason": "order ORD-1003 is working"}
                 ],
-                "preview": "Cancel ORD-1003 on ACC-1 (Energy Alpha): BUY 2 CLF27 LIMIT 68.50 DAY, working.",
+                "preview": "Cancel order ORD-1003 (buy 1 CLF27 limit, working) on ACC-1.",
                 "executable": true,
                 "requires_confirmation": true,
                 "confirmation_token": "eyJhbGciOiJFUzI1NiIsImtpZCI6ImFpcmxvY2stMSJ9.eyJwbGFuX2lkIjoicGxuXzAxIn0.c2lnbmF0dXJl",
                 "expires_at": "2026-11-23T15:05:00.000Z",
-                "queue_target": "orders",
-                "policy_version": "2026-11-01",
+                "queue_target": "worker:orders",
+                "policy_version": "default-1+cme-2026.1",
                 "approval": null
             }))
             .links(json!({

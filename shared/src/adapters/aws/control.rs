@@ -28,8 +28,9 @@ impl ControlStore for Aws {
     }
 
     async fn put_control(&self, c: &Control, expected_version: u64) -> StoreResult<bool> {
-        // `trade_execute_enabled` and `rollout` are attributes too: execute's commit checks
-        // them in a ConditionCheck.
+        // `version` is what execute's commit checks (a ConditionCheck on the version it
+        // decided on); `trade_execute_enabled` and `rollout` are attributes too, for a reader
+        // of the table.
         let rollout: HashMap<String, AttributeValue> = c
             .rollout
             .iter()
