@@ -88,6 +88,10 @@ pub struct PlanRecord {
     /// operator with `approve` on the plan's desk.
     #[serde(default)]
     pub four_eyes: bool,
+    /// The order's notional (USD) as the plan measured it, kept when the policy had a
+    /// four-eyes threshold: execute holds the plan to the threshold in force then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notional: Option<rust_decimal::Decimal>,
     /// The operator's decision on the approval page (`operator` mode only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,

@@ -412,3 +412,93 @@ async fn four_eyes_needs_another_approver_of_the_desk(b: Backend) {
         && r["reason_code"] == "approval_refused"));
     let _ = key.id();
 }
+
+both!(a_policy_tightened_after_the_plan_holds_at_execute);
+async fn a_policy_tightened_after_the_plan_holds_at_execute(b: Backend) {
+    // The confirmation mode and the four-eyes rule are fixed on a plan when it is made; a
+    // plan confirmed the looser way under an earlier policy is closed at execute, not
+    // executed, and nothing is queued.
+    let s = start(b, None);
+    let t = s.trader();
+    let dir = s.state_dir.clone();
+    let policy = |name: &str, body: Value| {
+        let file = dir.join(name);
+        std::fs::write(&file, body.to_string()).unwrap();
+        file.to_str().unwrap().to_string()
+    };
+
+    // Four eyes set after the requester approved alone.
+    let p = plan(&t, 2).await;
+    let pid = id(&p);
+    assert_eq!(p["approval"]["four_eyes"], false, "{:?}", p.body);
+    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let a = c.decide(&pid, "approved", &mut key).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let four_eyes = policy(
+        "four-eyes.json",
+        json!({ "version": "four-eyes", "four_eyes_above_notional": "100000" }),
+    );
+    s.cli(&["policy", "set", &four_eyes]);
+    let e = execute(&t, &pid, "k-tight-4e").await;
+    assert_eq!(e.status, 422, "{:?}", e.body);
+    assert_eq!(e.code(), "plan_not_executable");
+    assert!(
+        e.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("second person's approval"),
+        "{:?}",
+        e.body
+    );
+    // Closed: another key does not get it through either.
+    let again = execute(&t, &pid, "k-tight-4e-2").await;
+    assert_eq!(again.code(), "plan_not_executable", "{:?}", again.body);
+    let trail = audit(&s, &pid);
+    assert!(
+        trail
+            .iter()
+            .any(|r| r["decision"] == "rejected" && r["reason_code"] == "plan_not_executable"),
+        "{trail:?}"
+    );
+    // An order under the threshold, planned and approved under it, still executes.
+    let small = policy(
+        "four-eyes-high.json",
+        json!({ "version": "four-eyes-high", "four_eyes_above_notional": "100000000" }),
+    );
+    s.cli(&["policy", "set", &small]);
+    let p = plan(&t, 1).await;
+    let ok_id = id(&p);
+    assert_eq!(p["approval"]["four_eyes"], false, "{:?}", p.body);
+    assert_eq!(c.decide(&ok_id, "approved", &mut key).await.status, 200);
+    let ok = execute(&t, &ok_id, "k-tight-under").await;
+    assert_eq!(ok.status, 202, "{:?}", ok.body);
+
+    // A token plan, when the policy in force has since moved the action to the approval
+    // page: the valid token no longer executes it.
+    let token = policy(
+        "token.json",
+        json!({ "version": "token", "confirmation": { "order.submit.cl": "token" } }),
+    );
+    s.cli(&["policy", "set", &token]);
+    let p = plan(&t, 1).await;
+    assert!(p["confirmation_token"].is_string(), "{:?}", p.body);
+    s.cli(&["policy", "reset"]);
+    let e = t.execute(&p, "k-tight-token").await;
+    assert_eq!(e.status, 422, "{:?}", e.body);
+    assert_eq!(e.code(), "plan_not_executable");
+    assert!(
+        e.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("approved by its operator on the approval page"),
+        "{:?}",
+        e.body
+    );
+    for closed in [pid, id(&p)] {
+        assert!(
+            !audit(&s, &closed).iter().any(|r| r["decision"] == "queued"),
+            "{closed} was queued"
+        );
+    }
+    let _ = key.id();
+}

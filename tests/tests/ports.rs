@@ -163,6 +163,7 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         reference_price: None,
         confirmation: airlock::policy::ConfirmationMode::Token,
         four_eyes: false,
+        notional: None,
         approval: None,
     }
 }

@@ -1026,6 +1026,15 @@ async fn decide(
             true,
         );
     }
+    if let Some(why) = confirmation_short_of(plan, policy::in_force(&st.policy, control)) {
+        return reject(
+            ApiError::new(
+                Code::PlanNotExecutable,
+                format!("{why} This plan is now closed; ask for a new plan."),
+            ),
+            true,
+        );
+    }
     let mut reserve = None;
     if plan.action_type == ActionType::OrderSubmitCl {
         // Every check that can change since the plan, under the policy in force now; the
@@ -1094,6 +1103,36 @@ async fn decide(
 }
 
 /// The plan's order, as confirmed.
+/// Why the confirmation this plan was given falls short of what the policy in force asks
+/// now, if it does. The confirmation mode and the four-eyes rule are fixed on a plan when
+/// it is made; a policy tightened since then (`airlock policy set`) must hold for the
+/// plans already out, or an agent could still execute, for the rest of their lifetime,
+/// plans confirmed the looser way. A plan confirmed more strictly than needed executes.
+fn confirmation_short_of(plan: &PlanRecord, pol: &Policy) -> Option<String> {
+    let a = plan.action_type;
+    match plan.confirmation {
+        ConfirmationMode::Token if pol.confirmation(a) == ConfirmationMode::Operator => {
+            Some(format!(
+                "The policy in force now has {a} approved by its operator on the approval page; this plan was confirmed with a token under an earlier policy."
+            ))
+        }
+        ConfirmationMode::Operator if a == ActionType::OrderSubmitCl && !plan.four_eyes => {
+            // The plan's notional as the plan measured it; a plan made without a four-eyes
+            // threshold kept none: measured at its reference price, and without one (a
+            // market order) the second person is the safe answer, as at plan time.
+            let notional = plan.notional.or_else(|| {
+                let (order, _) = plan_order(plan).ok()?;
+                let price = plan.reference_price?;
+                Some(super::plan::notional(order.quantity.get(), price))
+            });
+            pol.needs_four_eyes(notional).then(|| {
+                "The policy in force now needs a second person's approval for an order of this size; this plan was approved by its requester alone under an earlier policy.".to_string()
+            })
+        }
+        _ => None,
+    }
+}
+
 fn plan_order(plan: &PlanRecord) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
     let normalized = plan
         .normalized_payload

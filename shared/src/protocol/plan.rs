@@ -544,6 +544,7 @@ async fn plan(
         reference_price: eval.reference,
         confirmation,
         four_eyes,
+        notional: pol.four_eyes_above_notional.and(eval.notional),
         approval: None,
     };
     let failed: Vec<&str> = eval
