@@ -1102,7 +1102,6 @@ async fn decide(
     Ok(Verdict::Accept { rate, reserve })
 }
 
-/// The plan's order, as confirmed.
 /// Why the confirmation this plan was given falls short of what the policy in force asks
 /// now, if it does. The confirmation mode and the four-eyes rule are fixed on a plan when
 /// it is made; a policy tightened since then (`airlock policy set`) must hold for the
@@ -1133,6 +1132,7 @@ fn confirmation_short_of(plan: &PlanRecord, pol: &Policy) -> Option<String> {
     }
 }
 
+/// The plan's order, as confirmed.
 fn plan_order(plan: &PlanRecord) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
     let normalized = plan
         .normalized_payload
