@@ -50,6 +50,8 @@ pub struct Ports {
     /// The approval channel's documents (passkey operators, enrolments, challenges,
     /// sessions).
     pub approvals: Arc<dyn crate::ports::ApprovalStore>,
+    /// The plan rate, approval holds and once-only audit marks.
+    pub limits: Arc<dyn crate::ports::limits::LimitStore>,
 }
 
 impl Ports {
@@ -75,6 +77,7 @@ impl Ports {
             prices: paper.clone(),
             paper,
             approvals: db.clone(),
+            limits: db.clone(),
         }
     }
 }
@@ -389,6 +392,7 @@ impl Ports {
             prices: paper.clone(),
             paper,
             approvals: a.clone(),
+            limits: a.clone(),
         }
     }
 }

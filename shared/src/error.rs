@@ -127,6 +127,9 @@ pub struct ApiError {
     pub approval: Option<Box<serde_json::Value>>,
     /// For logs only; never sent to a client.
     pub cause: Option<String>,
+    /// Answered by another use case under a code of execute's table (a plan's
+    /// `rate_limited`): its body carries no `status: "rejected"`.
+    pub not_an_execute: bool,
 }
 
 impl ApiError {
@@ -140,7 +143,14 @@ impl ApiError {
             action_id: None,
             approval: None,
             cause: None,
+            not_an_execute: false,
         }
+    }
+
+    /// See [`ApiError::not_an_execute`].
+    pub fn not_an_execute(mut self) -> Self {
+        self.not_an_execute = true;
+        self
     }
 
     pub fn with_details(mut self, details: Vec<FieldError>) -> Self {

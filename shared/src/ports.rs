@@ -4,6 +4,7 @@
 //! conditions they are given; every decision lives in `protocol`.
 
 pub mod broker;
+pub mod limits;
 
 use async_trait::async_trait;
 

@@ -67,7 +67,7 @@ pub fn error_body(e: &ApiError) -> ErrorBody<'_> {
             details: &e.details,
         },
         request_id: current_request_id(),
-        status: e.code.is_execute_rejection().then_some("rejected"),
+        status: (e.code.is_execute_rejection() && !e.not_an_execute).then_some("rejected"),
         action_id: e.action_id.as_deref(),
         approval: e.approval.as_deref(),
     }

@@ -5,6 +5,7 @@
 pub mod approvals;
 pub mod control;
 pub mod execute;
+pub mod limits;
 pub mod plan;
 pub mod portfolio;
 pub mod reads;

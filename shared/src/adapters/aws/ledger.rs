@@ -14,7 +14,7 @@ use crate::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{KeyRecord, RateState};
+use crate::records::{KeyRecord, RateState, RateUpdate};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -39,6 +39,69 @@ pub(super) fn key_from_item(item: &Item, now: Millis) -> StoreResult<Option<KeyR
     match ddb::opt_n(item, "expires_at") {
         Some(exp) if exp > now => ddb::from_body(item).map(Some),
         _ => Ok(None),
+    }
+}
+
+/// A rate window as stored under `id` (absent: empty).
+pub(super) fn rate_from_item(id: &str, item: Option<&Item>) -> RateState {
+    RateState {
+        operator_id: id.to_string(),
+        ..match item {
+            Some(i) => RateState {
+                operator_id: String::new(),
+                bucket: ddb::opt_n(i, "bucket").unwrap_or(0),
+                count: ddb::opt_n(i, "count").unwrap_or(0) as u32,
+                previous: ddb::opt_n(i, "previous").unwrap_or(0) as u32,
+            },
+            None => RateState::default(),
+        }
+    }
+}
+
+/// One more in a rate window, as DynamoDB expressions: an increment below the cap in the
+/// same minute, or a roll-over to the current minute from the bucket read. The same
+/// expressions serve execute's transaction and a single `UpdateItem` (the plan rate).
+pub(super) struct RateExpr {
+    pub key: Item,
+    pub update: &'static str,
+    pub condition: &'static str,
+    pub names: HashMap<String, String>,
+    pub values: Item,
+}
+
+impl RateExpr {
+    pub fn of(u: &RateUpdate) -> RateExpr {
+        let names = HashMap::from([
+            ("#c".to_string(), "count".to_string()),
+            ("#b".to_string(), "bucket".to_string()),
+            ("#ttl".to_string(), "ttl".to_string()),
+        ]);
+        let mut values: Item = HashMap::from([
+            (":b".to_string(), n(u.bucket)),
+            (
+                ":ttl".to_string(),
+                n((u.bucket + 3 * 60_000).div_euclid(1000)),
+            ),
+            (":one".to_string(), n(1)),
+        ]);
+        let (update, condition) = if u.is_increment() {
+            values.insert(":cap".into(), n(u.cap as i64));
+            ("SET #c = #c + :one, #ttl = :ttl", "#b = :b AND #c < :cap")
+        } else {
+            values.insert(":prev".into(), n(u.previous as i64));
+            values.insert(":old".into(), n(u.expected_bucket));
+            (
+                "SET #b = :b, #c = :one, previous = :prev, #ttl = :ttl",
+                "attribute_not_exists(operator_id) OR #b = :old",
+            )
+        };
+        RateExpr {
+            key: HashMap::from([("operator_id".to_string(), s(u.operator_id.clone()))]),
+            update,
+            condition,
+            names,
+            values,
+        }
     }
 }
 
@@ -135,18 +198,7 @@ impl ExecuteLedger for Aws {
         };
         let plan = one(&n_.plans).map(|i| plan_from_item(&i)).transpose()?;
         let control = control_from_item(one(&n_.control))?;
-        let rate = RateState {
-            operator_id: operator_id.to_string(),
-            ..match one(&n_.rate_limits) {
-                Some(i) => RateState {
-                    operator_id: String::new(),
-                    bucket: ddb::opt_n(&i, "bucket").unwrap_or(0),
-                    count: ddb::opt_n(&i, "count").unwrap_or(0) as u32,
-                    previous: ddb::opt_n(&i, "previous").unwrap_or(0) as u32,
-                },
-                None => RateState::default(),
-            }
-        };
+        let rate = rate_from_item(operator_id, one(&n_.rate_limits).as_ref());
         Ok(ExecuteSnapshot {
             key,
             plan,
@@ -243,26 +295,14 @@ impl ExecuteLedger for Aws {
         // The operator's rate record: an increment below the limit, or a roll-over to
         // the current minute from the bucket read.
         if let Some(u) = &c.rate {
+            let e = RateExpr::of(u);
             let up = Update::builder()
                 .table_name(&n_.rate_limits)
-                .key("operator_id", s(u.operator_id.clone()))
-                .expression_attribute_names("#c", "count")
-                .expression_attribute_names("#b", "bucket")
-                .expression_attribute_values(":b", n(u.bucket))
-                .expression_attribute_values(":ttl", n((u.bucket + 3 * 60_000).div_euclid(1000)));
-            let up = if u.is_increment() {
-                up.update_expression("SET #c = #c + :one, #ttl = :ttl")
-                    .condition_expression("#b = :b AND #c < :cap")
-                    .expression_attribute_values(":one", n(1))
-                    .expression_attribute_values(":cap", n(u.cap as i64))
-            } else {
-                up.update_expression("SET #b = :b, #c = :one, previous = :prev, #ttl = :ttl")
-                    .condition_expression("attribute_not_exists(operator_id) OR #b = :old")
-                    .expression_attribute_values(":one", n(1))
-                    .expression_attribute_values(":prev", n(u.previous as i64))
-                    .expression_attribute_values(":old", n(u.expected_bucket))
-            }
-            .expression_attribute_names("#ttl", "ttl");
+                .set_key(Some(e.key))
+                .update_expression(e.update)
+                .condition_expression(e.condition)
+                .set_expression_attribute_names(Some(e.names))
+                .set_expression_attribute_values(Some(e.values));
             items.push(
                 TransactWriteItem::builder()
                     .update(built(up.build())?)

@@ -15,6 +15,7 @@ mod ddb;
 mod jobs;
 mod kms;
 mod ledger;
+mod limits;
 mod orders;
 mod paper;
 mod plans;

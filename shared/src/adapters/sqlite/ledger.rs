@@ -18,7 +18,7 @@ use crate::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{KeyRecord, PlanStatus, RateState};
+use crate::records::{KeyRecord, PlanStatus, RateState, RateUpdate};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -66,6 +66,39 @@ pub(super) fn load_rate(c: &Connection, operator: &str) -> StoreResult<RateState
             },
         },
     )
+}
+
+/// Whether the stored window still allows the update: below its cap in the same minute, or
+/// still at the minute it rolls over from (the condition of [`RateUpdate`]).
+pub(super) fn rate_allows(c: &Connection, u: &RateUpdate) -> StoreResult<bool> {
+    let stored = load_rate(c, &u.operator_id)?;
+    Ok(if u.is_increment() {
+        stored.bucket == u.bucket && stored.count < u.cap
+    } else {
+        stored.bucket == u.expected_bucket
+    })
+}
+
+/// Counts one more under the update (its condition checked by [`rate_allows`]).
+pub(super) fn count_rate(tx: &Connection, u: &RateUpdate) -> StoreResult<()> {
+    let mut state = load_rate(tx, &u.operator_id)?;
+    if u.is_increment() {
+        state.count += 1;
+    } else {
+        state = RateState {
+            operator_id: u.operator_id.clone(),
+            bucket: u.bucket,
+            count: 1,
+            previous: u.previous,
+        };
+    }
+    let text = serde_json::to_string(&state).map_err(json_err)?;
+    tx.run(
+        "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
+        params![state.operator_id, state.bucket, text],
+    )
+    .map_err(db_err)?;
+    Ok(())
 }
 
 /// Checks every condition of `commit`; `Some(conflict)` means nothing may be written.
@@ -129,13 +162,7 @@ pub(super) fn check(
         }
     }
     if let Some(u) = &commit.rate {
-        let stored = load_rate(tx, &u.operator_id)?;
-        let ok = if u.is_increment() {
-            stored.bucket == u.bucket && stored.count < u.cap
-        } else {
-            stored.bucket == u.expected_bucket
-        };
-        if !ok {
+        if !rate_allows(tx, u)? {
             return Ok(Some(Conflict::Rate));
         }
     }
@@ -222,54 +249,39 @@ impl ExecuteLedger for Sqlite {
         };
         let queued = outbox.as_ref().map(|(target, ..)| *target);
         let commit = commit.clone();
-        let outcome = self.write(move |tx| {
-            if let Some(conflict) = check(tx, &commit, now)? {
-                return Ok(CommitOutcome::Conflict(conflict));
-            }
-            put_key_body(tx, &commit.key, &key_body)?;
-            if let Some((plan_id, status, field, value)) = &plan_change {
-                if !set_plan_fields(tx, plan_id, status, field, value)? {
-                    return Err(crate::error::StoreError::Corrupt("plan vanished".into()));
+        let outcome = self
+            .write(move |tx| {
+                if let Some(conflict) = check(tx, &commit, now)? {
+                    return Ok(CommitOutcome::Conflict(conflict));
                 }
-            }
-            if let Some(u) = &commit.rate {
-                let mut state = load_rate(tx, &u.operator_id)?;
-                if u.is_increment() {
-                    state.count += 1;
-                } else {
-                    state = RateState {
-                        operator_id: u.operator_id.clone(),
-                        bucket: u.bucket,
-                        count: 1,
-                        previous: u.previous,
-                    };
+                put_key_body(tx, &commit.key, &key_body)?;
+                if let Some((plan_id, status, field, value)) = &plan_change {
+                    if !set_plan_fields(tx, plan_id, status, field, value)? {
+                        return Err(crate::error::StoreError::Corrupt("plan vanished".into()));
+                    }
                 }
-                let text = serde_json::to_string(&state).map_err(json_err)?;
-                tx.run(
-                    "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
-                    params![state.operator_id, state.bucket, text],
-                )
-                .map_err(db_err)?;
-            }
-            if let Some(r) = &commit.reserve {
-                add_open(tx, &r.delta)?;
-            }
-            if let (Some(a), Some(body)) = (&commit.action, &action_body) {
-                tx.run(
-                    "INSERT INTO actions (action_id, plan_id, enqueued_at, created_at, body) \
+                if let Some(u) = &commit.rate {
+                    count_rate(tx, u)?;
+                }
+                if let Some(r) = &commit.reserve {
+                    add_open(tx, &r.delta)?;
+                }
+                if let (Some(a), Some(body)) = (&commit.action, &action_body) {
+                    tx.run(
+                        "INSERT INTO actions (action_id, plan_id, enqueued_at, created_at, body) \
                      VALUES (?, ?, ?, ?, ?)",
-                    params![a.action_id, a.plan_id, a.enqueued_at, a.created_at, body],
-                )
-                .map_err(db_err)?;
-            }
-            if let (Some((target, group, body)), Some(a)) = (&outbox, &commit.action) {
-                let sent_at = chrono::Utc::now().timestamp_millis();
-                super::queue::insert(tx, target.as_str(), group, &a.action_id, body, sent_at)?;
-            }
-            audit.insert(tx)?;
-            Ok(CommitOutcome::Committed)
-        })
-        .await?;
+                        params![a.action_id, a.plan_id, a.enqueued_at, a.created_at, body],
+                    )
+                    .map_err(db_err)?;
+                }
+                if let (Some((target, group, body)), Some(a)) = (&outbox, &commit.action) {
+                    let sent_at = chrono::Utc::now().timestamp_millis();
+                    super::queue::insert(tx, target.as_str(), group, &a.action_id, body, sent_at)?;
+                }
+                audit.insert(tx)?;
+                Ok(CommitOutcome::Committed)
+            })
+            .await?;
         if let (CommitOutcome::Committed, Some(target)) = (outcome, queued) {
             self.wake(target);
         }

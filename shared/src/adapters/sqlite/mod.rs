@@ -12,6 +12,7 @@ mod audit;
 mod control;
 mod jobs;
 mod ledger;
+mod limits;
 mod lz4;
 mod orders;
 pub mod packed;

@@ -1,0 +1,102 @@
+//! The limits port on SQLite: rows of the rate-limits table beside the execute rate's,
+//! each under its own id. A rate window is a row as execute's; held calls are one row per
+//! operator (the version in the `version` column); a refusal's mark is a row whose
+//! `version` is the instant it lasts until.
+
+use super::audit::AuditRow;
+use super::ledger::{count_rate, load_rate, rate_allows};
+use super::rows::{one_body, Cached};
+use super::{db_err, json_err, Sqlite};
+use crate::domain::Millis;
+use crate::error::StoreResult;
+use crate::ports::limits::{Holds, LimitStore};
+use crate::records::{AuditRecord, RateState, RateUpdate};
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension};
+
+fn load_holds(c: &Connection, id: &str) -> StoreResult<Holds> {
+    Ok(
+        match one_body(
+            c,
+            "SELECT body FROM rate_limits WHERE operator_id = ?",
+            &[&id],
+        )? {
+            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
+            None => Holds::default(),
+        },
+    )
+}
+
+#[async_trait]
+impl LimitStore for Sqlite {
+    async fn rate(&self, id: &str) -> StoreResult<RateState> {
+        let id = id.to_string();
+        self.read(move |c| load_rate(c, &id)).await
+    }
+
+    async fn count_rate(&self, u: &RateUpdate) -> StoreResult<bool> {
+        let u = u.clone();
+        self.write(move |tx| {
+            if !rate_allows(tx, &u)? {
+                return Ok(false);
+            }
+            count_rate(tx, &u)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn holds(&self, id: &str) -> StoreResult<Holds> {
+        let id = id.to_string();
+        self.read(move |c| load_holds(c, &id)).await
+    }
+
+    async fn put_holds(&self, id: &str, holds: &Holds, expected: u64) -> StoreResult<bool> {
+        let (id, holds) = (id.to_string(), holds.clone());
+        let text = serde_json::to_string(&holds).map_err(json_err)?;
+        self.write(move |tx| {
+            if load_holds(tx, &id)?.version != expected {
+                return Ok(false);
+            }
+            tx.run(
+                "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
+                params![id, holds.version as i64, text],
+            )
+            .map_err(db_err)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn append_once(
+        &self,
+        id: &str,
+        until: Millis,
+        audit: &AuditRecord,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let id = id.to_string();
+        let row = AuditRow::new(audit)?;
+        self.write(move |tx| {
+            let live: Option<i64> = tx
+                .row(
+                    "SELECT version FROM rate_limits WHERE operator_id = ?",
+                    [&id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db_err)?;
+            if live.is_some_and(|until| until > now) {
+                return Ok(false);
+            }
+            tx.run(
+                "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, '{}')",
+                params![id, until],
+            )
+            .map_err(db_err)?;
+            row.insert(tx)?;
+            Ok(true)
+        })
+        .await
+    }
+}
