@@ -157,6 +157,11 @@ impl AppState {
             signer: ports.signer.clone(),
             confirmations: confirmations.clone(),
             approval_origin: config.approval_origin(),
+            rate: crate::protocol::limits::PlanRate {
+                store: ports.limits.clone(),
+                limit: config.plan_rate_per_minute,
+                clock: clock.clone(),
+            },
         };
         let execute = Executor {
             clock: clock.clone(),
@@ -176,6 +181,7 @@ impl AppState {
             actions: ports.actions.clone(),
             dispatch: dispatch.clone(),
             approval_origin: config.approval_origin(),
+            limits: ports.limits.clone(),
         };
         let portfolio = Arc::new(crate::protocol::portfolio::Portfolios {
             clock: clock.clone(),

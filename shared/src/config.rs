@@ -57,6 +57,15 @@ pub struct Config {
     pub execute_lease_ms: i64,
     /// Per-operator decided executes per rolling minute.
     pub execute_rate_per_minute: u32,
+    /// Per-operator stored plans per rolling minute (`AIRLOCK_PLAN_RATE_PER_MINUTE`).
+    pub plan_rate_per_minute: u32,
+    /// The longest an MCP `execute_plan` is held while its plan waits for the operator's
+    /// approval (`AIRLOCK_APPROVAL_HOLD_MS`, at most 20,000; 0: never held). On Lambda the
+    /// hold also ends in time for the call to answer before the invocation's deadline.
+    pub approval_hold_ms: u64,
+    /// Held `execute_plan` calls per operator at a time (`AIRLOCK_APPROVAL_HOLDS_PER_OPERATOR`;
+    /// one per plan whatever this says; 0: never held).
+    pub approval_holds_per_operator: u32,
     /// Execute holds an order submission for room, then refuses it (503
     /// `orders_backlogged`), while the orders queue holds this many messages or more,
     /// waiting or being handled; 0 turns it off.
@@ -93,6 +102,14 @@ pub const DEFAULT_SERVICE_AUDIENCE: &str = "airlock-api";
 pub const DEFAULT_OPERATOR_ISSUER: &str = "airlock-local-dev-operators";
 pub const DEFAULT_OPERATOR_AUDIENCE: &str = "airlock-operators";
 pub const DEFAULT_CONFIRMATION_AUDIENCE: &str = "airlock-execute";
+/// Stored plans per operator per rolling minute: three times the executes', for the plans
+/// an agent makes and the operator does not take.
+pub const DEFAULT_PLAN_RATE_PER_MINUTE: u32 = 60;
+/// The longest hold of an `execute_plan` waiting for an approval (MCP clients time out at
+/// 60 s; the MCP function's timeout is 27 s).
+pub const DEFAULT_APPROVAL_HOLD_MS: u64 = 20_000;
+/// Held `execute_plan` calls per operator at a time.
+pub const DEFAULT_APPROVAL_HOLDS_PER_OPERATOR: u32 = 2;
 /// Orders waiting or being handled beyond which execute holds new submissions (for
 /// [`DEFAULT_ORDERS_BACKLOG_WAIT_MS`], then refuses them): about 10 ms of the embedded
 /// workers' drain, so an accepted order is handled within tens of milliseconds even under
@@ -140,6 +157,9 @@ impl Default for Config {
             clock_skew_s: 60,
             execute_lease_ms: 10_000,
             execute_rate_per_minute: 20,
+            plan_rate_per_minute: DEFAULT_PLAN_RATE_PER_MINUTE,
+            approval_hold_ms: DEFAULT_APPROVAL_HOLD_MS,
+            approval_holds_per_operator: DEFAULT_APPROVAL_HOLDS_PER_OPERATOR,
             orders_backlog_limit: DEFAULT_ORDERS_BACKLOG_LIMIT,
             orders_backlog_cache_ms: 0,
             orders_backlog_wait_ms: DEFAULT_ORDERS_BACKLOG_WAIT_MS,
@@ -453,6 +473,24 @@ impl Config {
             clock_skew_s: number("AIRLOCK_CLOCK_SKEW_SECONDS", 60, 0, 60)?,
             execute_lease_ms: number("AIRLOCK_EXECUTE_LEASE_MS", 10_000, 1_000, 120_000)?,
             execute_rate_per_minute: number("AIRLOCK_EXECUTE_RATE_PER_MINUTE", 20, 1, 1_000_000)?,
+            plan_rate_per_minute: number(
+                "AIRLOCK_PLAN_RATE_PER_MINUTE",
+                DEFAULT_PLAN_RATE_PER_MINUTE,
+                1,
+                1_000_000,
+            )?,
+            approval_hold_ms: number(
+                "AIRLOCK_APPROVAL_HOLD_MS",
+                DEFAULT_APPROVAL_HOLD_MS,
+                0,
+                DEFAULT_APPROVAL_HOLD_MS,
+            )?,
+            approval_holds_per_operator: number(
+                "AIRLOCK_APPROVAL_HOLDS_PER_OPERATOR",
+                DEFAULT_APPROVAL_HOLDS_PER_OPERATOR,
+                0,
+                100,
+            )?,
             orders_backlog_limit: number(
                 "AIRLOCK_ORDERS_BACKLOG_LIMIT",
                 DEFAULT_ORDERS_BACKLOG_LIMIT,

@@ -138,10 +138,11 @@ async fn fuzz(b: Backend, max_examples: u32) {
         st.display()
     );
     // Token confirmation (the fuzzer plays the agent and the confirming caller), the
-    // market open, and a rate limit the fuzzer's executes do not reach.
+    // market open, and rate limits the fuzzer's plans and executes do not reach.
     let s = Stack::new(b).start(&[
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000"),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", "1000000"),
         // The workers are off: the fuzzer's orders would fill the backlog.
         ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "0"),
     ]);

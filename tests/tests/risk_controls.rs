@@ -491,8 +491,9 @@ async fn random_interleavings_keep_the_limit_and_the_kill_switch(b: Backend) {
         &[
             ("AIRLOCK_WORKERS", "on"),
             ("AIRLOCK_WORKER_RETRY_MS", "100"),
-            // The rate limit is not what this test is about.
+            // The rate limits are not what this test is about.
             ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "10000"),
+            ("AIRLOCK_PLAN_RATE_PER_MINUTE", "10000"),
         ],
     );
     let file = write_policy(

@@ -246,6 +246,31 @@ impl Ctx<'_> {
         a
     }
 
+    /// [`Ctx::reject`] for an answer that decides nothing and that a client asks again
+    /// and again (a plan waiting for its approval): the first for this plan and
+    /// idempotency key is audited, its repeats are counted (`airlock_audit_repeats_total`)
+    /// and not written. The mark lasts as long as the plan can give this answer.
+    async fn reject_once(&self, e: ApiError, plan: &PlanRecord) -> ApiError {
+        let now = self.state.clock.now_ms();
+        let key = self.req.idempotency_key.as_str();
+        let mark = super::limits::refusal_mark_id(e.code, &self.scope, key, &plan.plan_id);
+        let audit = self.audit_rejection(now, &e, Some(plan));
+        match self
+            .state
+            .limits
+            .append_once(&mark, plan.expires_at, &audit, now)
+            .await
+        {
+            Ok(true) => e,
+            Ok(false) => {
+                metrics::counter!(super::limits::AUDIT_REPEATS, "code" => e.code.as_str())
+                    .increment(1);
+                e
+            }
+            Err(err) => err.into(),
+        }
+    }
+
     /// Appends an audit record for a rejection that is not part of a commit, then
     /// returns the error.
     async fn reject(&self, e: ApiError, plan: Option<&PlanRecord>) -> ApiError {
@@ -305,6 +330,8 @@ pub struct Executor {
     /// Where operators approve plans (the `approval_required` answer names the page).
     pub approval_origin: String,
     pub backlog: Backlog,
+    /// Marks of refusals audited once ([`Ctx::reject_once`]).
+    pub limits: Arc<dyn crate::ports::limits::LimitStore>,
 }
 
 /// Execute's admission check for order submissions: while the orders queue holds `limit`
@@ -687,7 +714,11 @@ async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
                 return Err(ctx.reject(e, Some(&plan)).await);
             }
             if let Some(e) = approval_gate(&ctx.state.approval_origin, &plan, now) {
-                return Err(ctx.reject(e, Some(&plan)).await);
+                return Err(match e.code {
+                    // Asked again and again while the operator has not decided.
+                    Code::ApprovalRequired => ctx.reject_once(e, &plan).await,
+                    _ => ctx.reject(e, Some(&plan)).await,
+                });
             }
         }
     }
@@ -1087,16 +1118,11 @@ async fn decide(
     }
     // Rate limit: not a decision, so nothing is recorded and the key can be retried.
     rate.operator_id = ctx.caller.operator.sub.clone();
-    let limit = st.rate_per_minute;
-    if rate.estimate(now) >= limit as f64 {
-        // Wait until the estimate falls below the limit: at most to the end of the minute.
-        let into = now - crate::records::RateState::bucket_of(now);
-        let wait = ((crate::records::RATE_WINDOW_MS - into).max(1000) as u64).div_ceil(1000);
-        let e = ApiError::new(
-            Code::RateLimited,
-            format!("Operator {} reached {limit} executes per minute; retry in {wait} s with the same idempotency key.", ctx.caller.operator.sub),
-        )
-        .retry_after(wait);
+    let how = " with the same idempotency key";
+    let operator = &ctx.caller.operator.sub;
+    if let Some(e) =
+        super::limits::rate_refusal(&rate, now, st.rate_per_minute, operator, "executes", how)
+    {
         return Err(ctx.reject(e, Some(plan)).await);
     }
     Ok(Verdict::Accept { rate, reserve })

@@ -52,6 +52,8 @@ pub struct Planner {
     /// Where operators approve plans (`AIRLOCK_APPROVAL_ORIGIN`): the approval page of a
     /// plan is `<origin>/approvals/plans/<plan_id>`.
     pub approval_origin: String,
+    /// Stored plans per operator per sliding minute.
+    pub rate: crate::protocol::limits::PlanRate,
 }
 
 #[derive(Debug, Deserialize)]
@@ -472,7 +474,14 @@ async fn plan(
     caller.check_requested_by(&req.requested_by)?;
     let chat = req.chat_context.unwrap_or_default();
     chat.validate("/chat_context")?;
-    let control = state.control.get_control().await?;
+    // The operator's plan rate, read with the control record: a full window refuses the plan
+    // before any other work; a plan counts once it is stored (below).
+    let operator = caller.operator.sub.as_str();
+    let control = async { Ok::<_, ApiError>(state.control.get_control().await?) };
+    let (control, rate) = tokio::try_join!(control, state.rate.window(operator))?;
+    if let Some(e) = state.rate.refusal(&rate, operator) {
+        return Err(e);
+    }
     let eval = match req.action_type {
         ActionType::OrderSubmitCl => {
             let o: OrderSubmitCl = from_value(req.payload, "/payload")?;
@@ -580,6 +589,7 @@ async fn plan(
         apigw_request_id: crate::telemetry::gateway_ids().0,
         lambda_request_id: crate::telemetry::gateway_ids().1,
     };
+    state.rate.count(operator, rate).await?;
     state.plans.put_plan(&record, &audit).await?;
 
     let approval = (executable && operator_mode).then(|| ApprovalInfo {

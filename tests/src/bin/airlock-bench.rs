@@ -68,9 +68,10 @@ use airlock_tests::{binary, cli, temp_state_dir, Server, BASE, COMBOS, MARKET_OP
 use serde_json::{json, Value};
 
 const TRADER: &str = "op-energy-trader";
-/// The highest per-operator execute rate the config accepts (`AIRLOCK_EXECUTE_RATE_PER_MINUTE`
-/// is range-checked to 1..=1,000,000; a larger value makes `serve` refuse to start): no
-/// scenario here reaches it.
+/// The highest per-operator execute (and plan) rate the config accepts
+/// (`AIRLOCK_EXECUTE_RATE_PER_MINUTE` and `AIRLOCK_PLAN_RATE_PER_MINUTE` are range-checked
+/// to 1..=1,000,000; a larger value makes `serve` refuse to start): no scenario here
+/// reaches it.
 const MAX_RATE_PER_MINUTE: &str = "1000000";
 /// The scenarios that queue orders with the workers off (or measure plan and execute
 /// alone) turn execute's orders-backlog admission check off; the closed-loop stream keeps
@@ -1028,6 +1029,7 @@ async fn bench_pairs(o: &Opts, shared: bool) -> Vec<Row> {
     let env = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", o.workers.as_str()),
         NO_BACKLOG_LIMIT,
     ];
@@ -1244,6 +1246,7 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
     let env = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", o.workers.as_str()),
         NO_BACKLOG_LIMIT,
     ];
@@ -1678,6 +1681,7 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
     let env_off = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", "off"),
         NO_BACKLOG_LIMIT,
     ];
@@ -1723,6 +1727,7 @@ async fn bench_workers(o: &Opts) -> Vec<Row> {
     let env_on = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", "on"),
     ];
     let t_spawn = Instant::now();
@@ -1912,6 +1917,7 @@ async fn stream_e2e(o: &Opts, rate: u64) -> Vec<Row> {
     let env_on = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", "on"),
     ];
     let s = Server::start(&env_on);
@@ -2255,6 +2261,7 @@ async fn bench_aws_calls(o: &Opts) -> Vec<Row> {
     let env_off = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", "off"),
         // It queues more orders than the default limit with the workers off.
         NO_BACKLOG_LIMIT,
@@ -2453,6 +2460,7 @@ async fn bench_aws_calls(o: &Opts) -> Vec<Row> {
     let env_on = [
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
+        ("AIRLOCK_PLAN_RATE_PER_MINUTE", MAX_RATE_PER_MINUTE),
         ("AIRLOCK_WORKERS", "on"),
     ];
     let s = stack.start(&env_on);

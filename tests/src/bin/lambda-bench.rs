@@ -868,6 +868,7 @@ fn spawn_serve(
         .env_remove("AIRLOCK_NOW")
         .env("AIRLOCK_WORKERS", "off")
         .env("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000")
+        .env("AIRLOCK_PLAN_RATE_PER_MINUTE", "1000000")
         // Orders are queued with the workers off: no admission check.
         .env("AIRLOCK_ORDERS_BACKLOG_LIMIT", "0")
         .env("RUST_LOG", "warn")
@@ -989,6 +990,7 @@ impl AwsStack {
             ("AIRLOCK_SERVICE_JWKS_URL", idp.url.as_str()),
             ("AIRLOCK_OPERATOR_JWKS_URL", idp.url.as_str()),
             ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000"),
+            ("AIRLOCK_PLAN_RATE_PER_MINUTE", "1000000"),
             // The longest the plans may wait for their execute.
             ("AIRLOCK_CONFIRMATION_TTL_SECONDS", "900"),
         ] {

@@ -1,0 +1,195 @@
+//! What bounds one operator's load, on both backends: a plan waiting for its approval,
+//! asked about again and again, is audited once per idempotency key (the repeats are
+//! counted); plans have a per-operator rate limit like executes (429 `rate_limited`,
+//! `Retry-After`), on the REST API and the MCP plan tools alike. The holds of MCP's
+//! `execute_plan` are in `mcp.rs`.
+
+use airlock_tests::{both, Api, Backend, Server, Stack, MARKET_OPEN};
+use serde_json::{json, Value};
+
+/// `name{labels}` -> value, from `GET /metrics`.
+async fn counter(s: &Server, series: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", s.base))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(k, _)| *k == series)
+        .map_or(0.0, |(_, v)| v.parse().expect("a number"))
+}
+
+/// Execute without a token (an `operator` plan).
+async fn execute(t: &Api, plan_id: &str, key: &str) -> airlock_tests::Resp {
+    t.post(
+        "/actions/execute",
+        &json!({ "plan_id": plan_id, "idempotency_key": key, "requested_by": "op-energy-trader" }),
+    )
+    .await
+}
+
+fn approval_required_records(s: &Server, plan_id: &str, key: &str) -> usize {
+    s.audit(plan_id)
+        .iter()
+        .filter(|r| {
+            r["event"] == "execute"
+                && r["reason_code"] == "approval_required"
+                && r["idempotency_key"] == key
+        })
+        .count()
+}
+
+both!(a_plan_waiting_for_approval_is_audited_once_per_key);
+async fn a_plan_waiting_for_approval_is_audited_once_per_key(b: Backend) {
+    let s = Stack::new(b)
+        .operator_mode()
+        .start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let p = t.plan_buy("CLF27", 1).await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    let pid = p["plan_id"].as_str().unwrap().to_string();
+    let before = counter(
+        &s,
+        r#"airlock_audit_repeats_total{code="approval_required"}"#,
+    )
+    .await;
+    const CALLS: usize = 30;
+    for i in 0..CALLS {
+        let r = execute(&t, &pid, "k-waiting").await;
+        assert_eq!(
+            (r.status, r.code()),
+            (409, "approval_required"),
+            "call {i}: {:?}",
+            r.body
+        );
+        assert!(r["approval"]["url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with(&pid)));
+    }
+    assert_eq!(approval_required_records(&s, &pid, "k-waiting"), 1);
+    // Another key is another request: audited once too.
+    for _ in 0..3 {
+        let r = execute(&t, &pid, "k-other").await;
+        assert_eq!(r.code(), "approval_required");
+    }
+    assert_eq!(approval_required_records(&s, &pid, "k-other"), 1);
+    let after = counter(
+        &s,
+        r#"airlock_audit_repeats_total{code="approval_required"}"#,
+    )
+    .await;
+    assert_eq!(
+        after - before,
+        (CALLS - 1 + 2) as f64,
+        "the repeats are counted"
+    );
+    // The plan's trail: the plan and the two first refusals, nothing else.
+    assert_eq!(s.audit(&pid).len(), 3, "{:?}", s.audit(&pid));
+}
+
+fn order(operator: &str, quantity: u32) -> Value {
+    json!({
+        "action_type": "order.submit.cl",
+        "payload": { "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": quantity, "order_type": "market" },
+        "requested_by": operator,
+    })
+}
+
+both!(plans_are_rate_limited_per_operator);
+async fn plans_are_rate_limited_per_operator(b: Backend) {
+    let s = Server::start_on(
+        b,
+        &[
+            ("AIRLOCK_NOW", MARKET_OPEN),
+            ("AIRLOCK_PLAN_RATE_PER_MINUTE", "3"),
+        ],
+    );
+    let t = s.trader();
+    // A refused request is no plan and does not count.
+    let bad = t.post("/actions/plan", &order("op-energy-trader", 0)).await;
+    assert_eq!(bad.status, 400, "{:?}", bad.body);
+    // A plan that cannot execute is stored, and counts.
+    let big = t
+        .post("/actions/plan", &order("op-energy-trader", 900_000))
+        .await;
+    assert_eq!(
+        (big.status, &big["executable"]),
+        (200, &json!(false)),
+        "{:?}",
+        big.body
+    );
+    for _ in 0..2 {
+        let p = t.post("/actions/plan", &order("op-energy-trader", 1)).await;
+        assert_eq!(p.status, 200, "{:?}", p.body);
+    }
+    let r = t.post("/actions/plan", &order("op-energy-trader", 1)).await;
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{:?}", r.body);
+    let wait: u64 = r
+        .retry_after
+        .as_deref()
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "Retry-After {wait}");
+    assert_eq!(
+        r.body.get("status"),
+        None,
+        "a plan refused is not an execute rejection"
+    );
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("3 plans per minute"));
+    // Over the limit, the window is read first: a bad body is refused the same way.
+    let r = t.post("/actions/plan", &order("op-energy-trader", 0)).await;
+    assert_eq!(r.code(), "rate_limited", "{:?}", r.body);
+    // The MCP plan tools share the operator's window.
+    let mcp = mcp_plan(&s, &t).await;
+    assert_eq!(mcp["isError"], true, "{mcp}");
+    assert_eq!(
+        mcp["structuredContent"]["error"]["code"], "rate_limited",
+        "{mcp}"
+    );
+    // Another operator has a window of their own.
+    let other = Api::new(
+        &s,
+        t.service.clone(),
+        s.operator_token("op-energy-2", "trader", Some("energy")),
+    );
+    let p = other.post("/actions/plan", &order("op-energy-2", 1)).await;
+    assert_eq!(p.status, 200, "{:?}", p.body);
+}
+
+/// `plan_cl_order` through MCP (2026-07-28): the JSON-RPC result.
+async fn mcp_plan(s: &Server, t: &Api) -> Value {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "plan_cl_order",
+            "arguments": { "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" },
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    });
+    let r = t
+        .http
+        .post(s.url("/mcp"))
+        .header("authorization", format!("Bearer {}", t.service))
+        .header("x-operator-token", &t.operator)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "plan_cl_order")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /mcp");
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("JSON-RPC");
+    v["result"].clone()
+}
