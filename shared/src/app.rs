@@ -245,6 +245,12 @@ impl AppState {
             execute: execute.clone(),
             plans: ports.plans.clone(),
             clock: clock.clone(),
+            holds: crate::protocol::limits::ApprovalHolds {
+                store: ports.limits.clone(),
+                per_operator: config.approval_holds_per_operator,
+                clock: clock.clone(),
+            },
+            approval_hold: std::time::Duration::from_millis(config.approval_hold_ms),
         };
         AppState(Arc::new(UseCases {
             approvals: Arc::new(approvals),

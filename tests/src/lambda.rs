@@ -112,6 +112,10 @@ struct State {
     polls: u64,
     init_error: Option<String>,
     function_name: String,
+    /// How far the current function's wall clock is shifted (libfaketime's `FAKETIME`),
+    /// milliseconds: deadlines are given on its clock, as AWS's clock and a function's
+    /// agree.
+    clock_offset_ms: i64,
     /// Open connections: a clone (to shut it down) and the thread serving it.
     conns: Vec<(TcpStream, JoinHandle<()>)>,
 }
@@ -220,6 +224,12 @@ impl LambdaEmulator {
             st.polls = 0;
             st.init_error = None;
             st.function_name = name.clone();
+            st.clock_offset_ms = env
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == "FAKETIME")
+                .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+                .map_or(0, |s| (s * 1000.0).round() as i64);
         }
         let mut cmd = Command::new(binary);
         cmd.env("AWS_LAMBDA_RUNTIME_API", self.addr.to_string())
@@ -311,10 +321,11 @@ fn invoke_inner(
         if let Some(e) = &st.init_error {
             return Err(format!("init error: {e}"));
         }
+        let now = (now_ms() as i64 + st.clock_offset_ms).max(0) as u64;
         st.queue.push_back(Queued {
             id: id.clone(),
             event: Arc::new(event.to_string().into_bytes()),
-            deadline_ms: now_ms() + timeout.as_millis() as u64,
+            deadline_ms: now + timeout.as_millis() as u64,
         });
     }
     shared.cv.notify_all();

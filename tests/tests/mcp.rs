@@ -447,3 +447,319 @@ async fn execute_plan_opens_the_approval_page_and_waits_for_it(b: Backend) {
         "{shown}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Raw JSON-RPC, as a 2026-07-28 client sends it: what no client library can send (a key
+// given twice) and many calls at once.
+
+const MCP_VERSION: &str = "2026-07-28";
+
+/// The `_meta` of a 2026-07-28 request from a client that can open URLs for the user.
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MCP_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {}, "url": {} } },
+    })
+}
+
+/// POSTs one JSON-RPC message (its text as given) to the MCP endpoint: status and body.
+async fn post_mcp(
+    s: &Server,
+    t: &airlock_tests::Api,
+    method: &str,
+    tool: Option<&str>,
+    text: String,
+) -> (u16, Value) {
+    let mut rb = t
+        .http
+        .post(url(s))
+        .header("authorization", format!("Bearer {}", t.service))
+        .header("x-operator-token", &t.operator)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MCP_VERSION)
+        .header("mcp-method", method);
+    if let Some(name) = tool {
+        rb = rb.header("mcp-name", name);
+    }
+    let r = rb.body(text).send().await.expect("POST /mcp");
+    let status = r.status().as_u16();
+    let body = r.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+/// A `tools/call` whose arguments are the given JSON text: the JSON-RPC `result`.
+async fn call_raw(
+    s: &Server,
+    t: &airlock_tests::Api,
+    tool: &str,
+    arguments: &str,
+    extra: &str,
+) -> Value {
+    let text = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{tool}","arguments":{arguments}{extra},"_meta":{}}}}}"#,
+        meta()
+    );
+    let (status, body) = post_mcp(s, t, "tools/call", Some(tool), text).await;
+    assert_eq!(status, 200, "{tool} {arguments}: {body}");
+    body.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("{tool} {arguments}: no result: {body}"))
+}
+
+both!(tool_arguments_are_read_as_strictly_as_rest_bodies);
+async fn tool_arguments_are_read_as_strictly_as_rest_bodies(b: Backend) {
+    let s = start(b);
+    let t = s.trader();
+    let order = |q: &str| {
+        format!(
+            r#"{{"account_id":"ACC-1","symbol":"CLF27","side":"buy",{q},"order_type":"market"}}"#
+        )
+    };
+    // Two quantities: REST names the field, and so does the tool, planning nothing.
+    let rest = t
+        .post_raw(
+            "/actions/plan",
+            "application/json",
+            format!(
+                r#"{{"action_type":"order.submit.cl","requested_by":"op-energy-trader","payload":{}}}"#,
+                order(r#""quantity":1,"quantity":7"#)
+            )
+            .into_bytes(),
+        )
+        .await;
+    assert_eq!(
+        (rest.status, rest.code()),
+        (400, "invalid_request"),
+        "{:?}",
+        rest.body
+    );
+    assert_eq!(
+        rest.body["error"]["details"][0]["field"],
+        "/payload/quantity"
+    );
+    let r = call_raw(
+        &s,
+        &t,
+        "plan_cl_order",
+        &order(r#""quantity":1,"quantity":7"#),
+        "",
+    )
+    .await;
+    assert_eq!(r["isError"], true, "the last quantity was planned: {r}");
+    let err = &r["structuredContent"]["error"];
+    assert_eq!(err["code"], "invalid_request", "{r}");
+    assert_eq!(err["details"][0]["field"], "/quantity", "{r}");
+    // The same key twice in a nested argument, and text over the bounds, the same way.
+    let long = format!(
+        r#"{{"account_id":"ACC-1","symbol":"{}","side":"buy","quantity":1,"order_type":"market"}}"#,
+        "x".repeat(4097)
+    );
+    for (tool, args, field) in [
+        ("plan_cl_order", long.as_str(), "/symbol"),
+        ("list_accounts", r#"{"limit":1,"limit":2}"#, "/limit"),
+    ] {
+        let r = call_raw(&s, &t, tool, args, "").await;
+        assert_eq!(r["isError"], true, "{tool}: {r}");
+        assert_eq!(
+            r["structuredContent"]["error"]["details"][0]["field"], field,
+            "{r}"
+        );
+    }
+    // One quantity plans as before.
+    let r = call_raw(&s, &t, "plan_cl_order", &order(r#""quantity":2"#), "").await;
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(
+        r["structuredContent"]["preview"], "Buy 2 CLF27 at market on ACC-1, day order.",
+        "{r}"
+    );
+    // A key twice in the message itself (not its arguments): the message is refused, 400
+    // naming it, as a REST body would be.
+    let text = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list","params":{{"_meta":{}}}}}"#,
+        meta()
+    );
+    let (status, body) = post_mcp(&s, &t, "tools/list", None, text).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "/id", "{body}");
+    // And a message over 64 KiB, as a body over 64 KiB.
+    let big = format!(r#"{{"pad":"{}"}}"#, "y".repeat(70 * 1024));
+    let (status, body) = post_mcp(&s, &t, "tools/call", Some("list_accounts"), big).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+}
+
+/// An `execute_plan` retried after the user agreed to open the approval page (2026-07-28,
+/// URL elicitation): `(held, result)`, held when the call waited for the approval and
+/// then asked again (`input_required`), not held when it answered `approval_required` at
+/// once.
+async fn retry_after_accept(
+    s: &Server,
+    t: &airlock_tests::Api,
+    plan_id: &str,
+) -> (bool, Value, Duration) {
+    let started = Instant::now();
+    let r = call_raw(
+        s,
+        t,
+        "execute_plan",
+        &json!({ "plan_id": plan_id }).to_string(),
+        r#","inputResponses":{"approve":{"action":"accept"}}"#,
+    )
+    .await;
+    let took = started.elapsed();
+    match (r["resultType"].as_str(), r["isError"].as_bool()) {
+        (Some("input_required"), _) => (true, r, took),
+        (_, Some(true)) => {
+            assert_eq!(
+                r["structuredContent"]["error"]["code"], "approval_required",
+                "{r}"
+            );
+            (false, r, took)
+        }
+        _ => panic!("neither held nor refused: {r}"),
+    }
+}
+
+both!(held_execute_plan_calls_are_bounded_per_plan_and_per_operator);
+async fn held_execute_plan_calls_are_bounded_per_plan_and_per_operator(b: Backend) {
+    const HOLD_MS: u64 = 3_000;
+    let s = Stack::new(b).operator_mode().start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_APPROVAL_HOLD_MS", &HOLD_MS.to_string()),
+    ]);
+    let t = s.trader();
+    let mut plans = Vec::new();
+    for _ in 0..3 {
+        let p = t.plan_buy("CLF27", 1).await;
+        assert_eq!(p["executable"], true, "{:?}", p.body);
+        plans.push(p["plan_id"].as_str().unwrap().to_string());
+    }
+    let hold = Duration::from_millis(HOLD_MS);
+
+    // Four calls at once for one plan: one waits for the approval, the others are told at
+    // once where to approve.
+    let calls = (0..4).map(|_| retry_after_accept(&s, &t, &plans[0]));
+    let answers = futures_util::future::join_all(calls).await;
+    let held: Vec<_> = answers.iter().filter(|a| a.0).collect();
+    assert_eq!(held.len(), 1, "one held call per plan: {answers:?}");
+    assert!(
+        held[0].2 >= hold - Duration::from_millis(500),
+        "{answers:?}"
+    );
+    for (_, r, took) in answers.iter().filter(|a| !a.0) {
+        assert!(
+            *took < hold,
+            "answered at once, not after a hold: {took:?} {r}"
+        );
+        assert!(
+            r["structuredContent"]["approval"]["url"]
+                .as_str()
+                .is_some_and(|u| u.ends_with(&plans[0])),
+            "{r}"
+        );
+    }
+
+    // One call for each of three plans: two of the operator's calls wait, the third is
+    // answered at once.
+    let calls = plans.iter().map(|p| retry_after_accept(&s, &t, p));
+    let answers = futures_util::future::join_all(calls).await;
+    assert_eq!(
+        answers.iter().filter(|a| a.0).count(),
+        2,
+        "two held calls per operator: {answers:?}"
+    );
+    // Once they ended, the plan is held again.
+    let (held, r, _) = retry_after_accept(&s, &t, &plans[2]).await;
+    assert!(held, "{r}");
+    assert_eq!(s.queued_messages(), 0, "nothing was executed");
+}
+
+/// On Lambda the hold ends in time for the call to answer before the invocation's
+/// deadline: the mcp function (real binary, runtime emulator, embedded state) given 12 s
+/// holds for what the deadline leaves after its reserve (4 operation timeouts of 2 s),
+/// and answers, instead of holding 20 s and timing out.
+#[test]
+fn a_held_call_answers_before_the_lambdas_deadline() {
+    use airlock_tests::lambda::{
+        apigw_rest_event, function_binary, response_parts, FakeClock, LambdaEmulator, TradingState,
+        IGNORE_STAGE_ENV,
+    };
+    let state = TradingState::new();
+    // The shipped policy: orders are approved on the approval page.
+    std::fs::remove_file(state.dir.join("policy.json")).expect("policy.json");
+    let clock = FakeClock::new();
+    let fake = clock.env(0);
+    let dir = state.dir.to_str().expect("utf-8");
+    let mut env: Vec<(&str, &str)> = vec![
+        ("AIRLOCK_BACKEND", "embedded"),
+        ("AIRLOCK_STATE_DIR", dir),
+        IGNORE_STAGE_ENV,
+    ];
+    env.extend(fake.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let emu = LambdaEmulator::start();
+    let mut f = emu.spawn_function(&function_binary("mcp"), &env);
+    f.wait_ready(Duration::from_secs(30))
+        .expect("the mcp function starts");
+    let bearer = format!("Bearer {}", state.service);
+    let mut call = |arguments: Value, extra: Value, timeout: Duration| {
+        let mut params =
+            json!({ "name": arguments["tool"], "arguments": arguments["args"], "_meta": meta() });
+        if let Some(m) = extra.as_object() {
+            for (k, v) in m {
+                params[k] = v.clone();
+            }
+        }
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+        let name = arguments["tool"].as_str().unwrap().to_string();
+        let h = [
+            ("Authorization", bearer.as_str()),
+            ("X-Operator-Token", state.operator.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", MCP_VERSION),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", name.as_str()),
+        ];
+        let ev = apigw_rest_event(
+            "POST",
+            &format!("{BASE}/mcp"),
+            &[],
+            &h,
+            Some(&body.to_string()),
+        );
+        let started = Instant::now();
+        f.invoke(ev, timeout).map(|resp| {
+            let (status, body) = response_parts(&resp);
+            assert_eq!(status, 200, "{body}");
+            (body["result"].clone(), started.elapsed())
+        })
+    };
+    let order = json!({ "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" });
+    let (plan, _) = call(
+        json!({ "tool": "plan_cl_order", "args": order }),
+        json!({}),
+        Duration::from_secs(30),
+    )
+    .expect("plan");
+    assert_eq!(plan["structuredContent"]["executable"], true, "{plan}");
+    let plan_id = plan["structuredContent"]["plan_id"].clone();
+    let (held, took) = call(
+        json!({ "tool": "execute_plan", "args": { "plan_id": plan_id } }),
+        json!({ "inputResponses": { "approve": { "action": "accept" } } }),
+        Duration::from_secs(12),
+    )
+    .expect("the held call answers before the invocation's deadline");
+    assert_eq!(
+        held["resultType"], "input_required",
+        "held, then asked again: {held}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "held for what the deadline leaves (about 4 s): {took:?}"
+    );
+}

@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -31,7 +32,7 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, Code};
 use crate::http::api;
-use crate::http::extract::Authed;
+use crate::http::extract::{json_text_faults, too_large, Authed, MAX_BODY_BYTES};
 use crate::http::observe::current_request_id;
 use crate::http::openapi::{Api, Op};
 use crate::protocol::tools::{self, ToolFacts, ToolOutcome};
@@ -46,9 +47,10 @@ pub const VERSIONS: &[ProtocolVersion] = &[
     ProtocolVersion::V_2025_06_18,
 ];
 
-/// How long a retried `execute_plan` whose user agreed to open the approval page waits for
-/// the approval before asking again (inside the function's timeout and the clients' 60 s).
-pub const APPROVAL_HOLD: std::time::Duration = std::time::Duration::from_secs(20);
+/// The longest a retried `execute_plan` whose user agreed to open the approval page waits
+/// for the approval before asking again (`AIRLOCK_APPROVAL_HOLD_MS` may shorten it; inside
+/// the clients' 60 s).
+pub const APPROVAL_HOLD: Duration = Duration::from_millis(crate::config::DEFAULT_APPROVAL_HOLD_MS);
 
 /// The MCP server: the tools of one process's use cases.
 #[derive(Clone)]
@@ -98,21 +100,46 @@ pub fn routes(local: bool) -> Router<AppState> {
 async fn handle(
     State(st): State<AppState>,
     Authed(caller): Authed,
-    mut req: Request,
+    req: Request,
     local: bool,
 ) -> Response {
-    req.extensions_mut().insert(caller);
-    let sent_json = req
-        .headers()
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(caller);
+    let sent_json = parts
+        .headers
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    // The message is read as a REST body is: at most 64 KiB, every key once, strings and
+    // keys bounded. rmcp parses it again (keeping the last of two equal keys), so it only
+    // ever sees text that passed.
+    let declared = parts
+        .headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return too_large().into_response();
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return too_large().into_response();
+    };
+    if sent_json {
+        match strict_message(&bytes) {
+            Ok(None) => {}
+            Ok(Some(fault)) => {
+                parts.extensions.insert(ArgumentFault(fault));
+            }
+            Err(e) => return e.into_response(),
+        }
+    }
+    let req = Request::from_parts(parts, axum::body::Body::from(bytes));
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        .with_max_request_body_bytes(crate::http::extract::MAX_BODY_BYTES);
+        .with_max_request_body_bytes(MAX_BODY_BYTES);
     if !local {
         config = config.disable_allowed_hosts();
     }
@@ -133,6 +160,44 @@ async fn handle(
             .into_response();
     }
     resp
+}
+
+/// A fault of a `tools/call`'s arguments found in the message's text (a key given twice,
+/// an over-long string or key), its pointer into the arguments: the call answers it as a
+/// tool error, as it does any bad argument.
+#[derive(Debug, Clone)]
+struct ArgumentFault(ApiError);
+
+/// Where a `tools/call` message holds its tool's arguments.
+const ARGUMENTS: &str = "/params/arguments";
+
+/// The text checks of a JSON message ([`json_text_faults`]). `Err`: a fault of the message
+/// itself (its envelope: method, id, params, `_meta`), answered 400 as a REST body's would
+/// be, naming the pointer. `Ok(Some)`: the message is sound but for its tool arguments,
+/// whose first fault the tool call answers. Text that is not JSON is left to rmcp.
+fn strict_message(bytes: &[u8]) -> Result<Option<ApiError>, ApiError> {
+    let faults = match json_text_faults(bytes) {
+        Ok(f) if !f.is_empty() => f,
+        _ => return Ok(None),
+    };
+    let tool_call = serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .is_some_and(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"));
+    let mut first = None;
+    for f in faults {
+        let (field, message) = f
+            .details
+            .first()
+            .map(|d| (d.field.clone(), d.message.clone()))
+            .unwrap_or_default();
+        match field.strip_prefix(ARGUMENTS) {
+            Some(inner) if tool_call && inner.starts_with('/') => {
+                first.get_or_insert_with(|| ApiError::invalid_at(inner.to_string(), &message));
+            }
+            _ => return Err(f),
+        }
+    }
+    Ok(first)
 }
 
 fn caller(ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
@@ -239,6 +304,18 @@ impl rmcp::ServerHandler for McpServer {
                 None,
             ));
         };
+        // A key given twice (or an over-long one) in the arguments: refused as any bad
+        // argument is, never read as the last of its values.
+        if let Some(ArgumentFault(e)) = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<ArgumentFault>())
+            .cloned()
+        {
+            tools::refused(tool);
+            let text = format!("{}: {}", e.code, e.message);
+            return Ok(result(tools::error_body(&e), text, true)?.into());
+        }
         let facts = ToolFacts {
             request_id: current_request_id(),
             chat_session_id: header(&ctx, "x-chat-session-id"),
@@ -268,6 +345,9 @@ impl rmcp::ServerHandler for McpServer {
             .and_then(|a| a.get("action"))
             .and_then(Value::as_str)
             .map(String::from);
+        // Set when this call asked to be held and was not: it answers at once, with the
+        // approval page, never by asking again (which the client would retry at once).
+        let mut not_held = None;
         if let Some(answer) = answer {
             if answer != "accept" {
                 let e = crate::error::ApiError::new(
@@ -281,25 +361,30 @@ impl rmcp::ServerHandler for McpServer {
                 )?
                 .into());
             }
-            let until = tokio::time::Instant::now() + APPROVAL_HOLD;
             if matches!(outcome, Ok(ToolOutcome::NeedsApproval { .. })) {
-                // Look at the plan (a read, no audit record) until it is decided, then
-                // execute once more.
-                while tokio::time::Instant::now() < until
-                    && self
-                        .state
-                        .tools
-                        .awaiting_approval(&args)
-                        .await
-                        .unwrap_or(false)
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                }
-                outcome = self
+                let hold = hold_length(
+                    self.state.tools.approval_hold,
+                    lambda_deadline_ms(&ctx),
+                    wall_ms(),
+                    hold_reserve(self.state.config.aws.operation_timeout_ms),
+                );
+                let until = tokio::time::Instant::now() + hold;
+                match self
                     .state
                     .tools
-                    .call(&caller, tool, args.clone(), &facts)
-                    .await;
+                    .hold_for_approval(&caller, &args, until)
+                    .await
+                {
+                    Ok(true) => {
+                        outcome = self
+                            .state
+                            .tools
+                            .call(&caller, tool, args.clone(), &facts)
+                            .await;
+                    }
+                    Ok(false) => not_held = Some(hold),
+                    Err(e) => outcome = Err(e),
+                }
             }
         }
         match outcome {
@@ -319,28 +404,41 @@ impl rmcp::ServerHandler for McpServer {
                 let ask = format!(
                     "Approve plan {plan_id} in Airlock with your passkey (before {expires_at}); the order is placed once you approve."
                 );
-                if version == Some(ProtocolVersion::V_2026_07_28) && url_elicitation(&ctx) {
-                    // MRTR: the client opens the URL, then calls the tool again.
-                    let r: InputRequiredResult = decode(json!({
-                        "resultType": "input_required",
-                        "inputRequests": { "approve": { "method": "elicitation/create", "params": {
-                            "mode": "url", "message": ask, "url": url } } },
-                    }))?;
-                    return Ok(r.into());
+                if not_held.is_none() {
+                    if version == Some(ProtocolVersion::V_2026_07_28) && url_elicitation(&ctx) {
+                        // MRTR: the client opens the URL, then calls the tool again.
+                        let r: InputRequiredResult = decode(json!({
+                            "resultType": "input_required",
+                            "inputRequests": { "approve": { "method": "elicitation/create", "params": {
+                                "mode": "url", "message": ask, "url": url } } },
+                        }))?;
+                        return Ok(r.into());
+                    }
+                    if version == Some(ProtocolVersion::V_2025_11_25) && url_elicitation(&ctx) {
+                        return Err(ErrorData::new(
+                            ErrorCode(-32042),
+                            format!("{ask} Open {url}"),
+                            Some(json!({ "elicitations": [{
+                                "mode": "url",
+                                "elicitationId": plan_id,
+                                "url": url,
+                                "message": ask,
+                            }] })),
+                        ));
+                    }
                 }
-                if version == Some(ProtocolVersion::V_2025_11_25) && url_elicitation(&ctx) {
-                    return Err(ErrorData::new(
-                        ErrorCode(-32042),
-                        format!("{ask} Open {url}"),
-                        Some(json!({ "elicitations": [{
-                            "mode": "url",
-                            "elicitationId": plan_id,
-                            "url": url,
-                            "message": ask,
-                        }] })),
-                    ));
-                }
-                // A client that cannot open URLs: tell the user where to go.
+                // A client that cannot open URLs, or a call not held: tell the user where
+                // to go.
+                let message = match not_held {
+                    Some(hold) if hold.is_zero() => format!(
+                        "{message} This call was not held: no time was left to wait for the approval."
+                    ),
+                    Some(_) => format!(
+                        "{message} This call was not held: another call already waits for this plan's approval, or for {} of this operator's plans.",
+                        self.state.tools.holds.per_operator
+                    ),
+                    None => message,
+                };
                 let body = json!({
                     "error": { "code": "approval_required", "message": message },
                     "approval": { "required": true, "url": url, "expires_at": expires_at },
@@ -353,5 +451,113 @@ impl rmcp::ServerHandler for McpServer {
                 .into())
             }
         }
+    }
+}
+
+/// The wall clock, in milliseconds since the epoch: the clock of a Lambda's deadline.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// On Lambda, when the invocation must have answered (`lambda_http` leaves the runtime's
+/// context in the request's extensions): milliseconds since the epoch.
+fn lambda_deadline_ms(ctx: &RequestContext<RoleServer>) -> Option<u64> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<lambda_http::Context>())
+        .map(|c| c.deadline)
+        .filter(|d| *d > 0)
+}
+
+/// What a held call keeps of its invocation for after the hold, on Lambda: the most
+/// operation timeouts one request waits out (its last look at the plan, then the final
+/// execute's calls, each bounded by `operation_timeout_ms`).
+pub fn hold_reserve(operation_timeout_ms: u64) -> Duration {
+    Duration::from_millis(crate::adapters::aws::MAX_SEQUENTIAL_CALLS * operation_timeout_ms)
+}
+
+/// How long a call may be held for an approval: the configured hold, cut on Lambda so that
+/// it ends `reserve` before the invocation's deadline (the hold's last look and the final
+/// execute, each call within its operation timeout, then fit before the function times
+/// out). Zero: no time for a hold.
+fn hold_length(
+    max: Duration,
+    deadline_ms: Option<u64>,
+    now_ms: u64,
+    reserve: Duration,
+) -> Duration {
+    match deadline_ms {
+        None => max,
+        Some(d) => max.min(Duration::from_millis(d.saturating_sub(now_ms)).saturating_sub(reserve)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(arguments: &str) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"plan_cl_order","arguments":{arguments}}}}}"#
+        )
+    }
+
+    fn field(e: &ApiError) -> &str {
+        &e.details[0].field
+    }
+
+    #[test]
+    fn a_hold_ends_in_time_for_the_lambda_to_answer() {
+        let s = Duration::from_secs;
+        let reserve = s(8);
+        // Outside Lambda: the configured hold.
+        assert_eq!(hold_length(s(20), None, 1_000, reserve), s(20));
+        // 27 s left: the hold ends 8 s before the deadline.
+        assert_eq!(hold_length(s(20), Some(28_000), 1_000, reserve), s(19));
+        assert_eq!(hold_length(s(20), Some(60_000), 1_000, reserve), s(20));
+        // Less left than the reserve, or a deadline already past: no hold.
+        assert_eq!(hold_length(s(20), Some(8_000), 1_000, reserve), s(0));
+        assert_eq!(hold_length(s(20), Some(500), 1_000, reserve), s(0));
+    }
+
+    #[test]
+    fn a_fault_of_the_arguments_is_the_tools_and_of_the_envelope_the_messages() {
+        let f = strict_message(call(r#"{"quantity":1,"quantity":7}"#).as_bytes())
+            .unwrap()
+            .expect("a fault of the arguments");
+        assert_eq!((f.code, field(&f)), (Code::InvalidRequest, "/quantity"));
+        let long = "x".repeat(crate::http::extract::MAX_JSON_STRING_CHARS + 1);
+        let f = strict_message(call(&format!(r#"{{"symbol":"{long}"}}"#)).as_bytes())
+            .unwrap()
+            .expect("an over-long argument");
+        assert_eq!(field(&f), "/symbol");
+        // The envelope's own keys: the message is refused, whatever its arguments hold.
+        let e = strict_message(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}"#)
+            .unwrap_err();
+        assert_eq!(field(&e), "/id");
+        let both = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"q":1,"q":2},"name":"b"}}"#;
+        assert_eq!(
+            field(&strict_message(both.as_bytes()).unwrap_err()),
+            "/params/name"
+        );
+        let twice = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{},"arguments":{"q":1}}}"#;
+        assert_eq!(
+            field(&strict_message(twice.as_bytes()).unwrap_err()),
+            "/params/arguments"
+        );
+        // Arguments of anything but a tool call are the message's.
+        let other = r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"a","arguments":{"q":1,"q":2}}}"#;
+        assert_eq!(
+            field(&strict_message(other.as_bytes()).unwrap_err()),
+            "/params/arguments/q"
+        );
+        assert!(strict_message(call(r#"{"quantity":1}"#).as_bytes())
+            .unwrap()
+            .is_none());
+        // Text that is not JSON is rmcp's to answer.
+        assert!(strict_message(b"{\"jsonrpc\":").unwrap().is_none());
     }
 }

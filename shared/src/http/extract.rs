@@ -54,7 +54,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// of the first field at fault.
 pub struct JsonBody<T>(pub T);
 
-fn too_large() -> ApiError {
+/// 413 `payload_too_large`: a body over [`MAX_BODY_BYTES`].
+pub fn too_large() -> ApiError {
     ApiError::new(
         Code::PayloadTooLarge,
         "The request body is larger than 64 KiB; send a smaller request.",
@@ -124,48 +125,78 @@ pub const MAX_JSON_STRING_CHARS: usize = 4096;
 /// The longest object key a body may hold anywhere, in characters.
 pub const MAX_JSON_KEY_CHARS: usize = 128;
 
-enum TextFault {
+/// What the text check finds wrong with JSON text.
+pub enum TextFault {
+    /// Not JSON at all.
     Syntax(serde_json::Error),
+    /// JSON, with a field the contract refuses (its pointer in the error's details).
     Field(ApiError),
 }
 
 /// Walks JSON text once, without building it, and refuses what the typed parse cannot
 /// see: an object key given twice (serde keeps the last one, so `{"quantity":1,
 /// "quantity":9}` would plan 9), a key longer than [`MAX_JSON_KEY_CHARS`] and a string
-/// longer than [`MAX_JSON_STRING_CHARS`]. The error names the JSON pointer at fault.
-fn check_json_text(bytes: &[u8]) -> Result<(), TextFault> {
+/// longer than [`MAX_JSON_STRING_CHARS`]. The error names the JSON pointer at fault. Every
+/// door reads JSON through this check: REST bodies ([`parse_json`]) and MCP messages, tool
+/// arguments included ([`json_text_faults`]).
+pub fn check_json_text(bytes: &[u8]) -> Result<(), TextFault> {
+    match walk_json_text(bytes, false) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), mut faults) if !faults.is_empty() => Err(TextFault::Field(faults.remove(0))),
+        (Err(e), _) => Err(TextFault::Syntax(e)),
+    }
+}
+
+/// Every fault [`check_json_text`] refuses, in the text's order (for a message whose parts
+/// are answered apart: an MCP message's envelope and its tool arguments). `Err`: the text
+/// is not JSON.
+pub fn json_text_faults(bytes: &[u8]) -> Result<Vec<ApiError>, serde_json::Error> {
+    match walk_json_text(bytes, true) {
+        (Ok(()), faults) => Ok(faults),
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// Walks the text; with `all`, on past each fault (only malformed text stops it).
+fn walk_json_text(bytes: &[u8], all: bool) -> (Result<(), serde_json::Error>, Vec<ApiError>) {
     use serde::de::DeserializeSeed;
-    let fault = std::cell::RefCell::new(None);
+    let faults = std::cell::RefCell::new(Vec::new());
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let walked = Walk {
         path: String::new(),
-        fault: &fault,
+        faults: &faults,
+        all,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end());
-    match (walked, fault.into_inner()) {
-        (Ok(()), _) => Ok(()),
-        (Err(_), Some(e)) => Err(TextFault::Field(e)),
-        (Err(e), None) => Err(TextFault::Syntax(e)),
-    }
+    (walked, faults.into_inner())
 }
 
-/// One JSON value at `path` (a JSON pointer); records the first fault it finds.
+/// One JSON value at `path` (a JSON pointer); records the faults it finds (the first only,
+/// unless `all`).
 struct Walk<'a> {
     path: String,
-    fault: &'a std::cell::RefCell<Option<ApiError>>,
+    faults: &'a std::cell::RefCell<Vec<ApiError>>,
+    all: bool,
 }
 
 impl Walk<'_> {
-    fn fail<E: serde::de::Error>(&self, pointer: String, message: &str) -> E {
-        *self.fault.borrow_mut() = Some(ApiError::invalid_at(pointer, message));
-        E::custom(message)
+    /// Records a fault; `Err` stops the walk (unless it walks on past faults).
+    fn fail<E: serde::de::Error>(&self, pointer: String, message: &str) -> Result<(), E> {
+        self.faults
+            .borrow_mut()
+            .push(ApiError::invalid_at(pointer, message));
+        if self.all {
+            Ok(())
+        } else {
+            Err(E::custom(message))
+        }
     }
 
     fn string<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
         if s.chars().count() > MAX_JSON_STRING_CHARS {
             let m = format!("text longer than {MAX_JSON_STRING_CHARS} characters");
-            return Err(self.fail(self.path.clone(), &m));
+            return self.fail(self.path.clone(), &m);
         }
         Ok(())
     }
@@ -207,7 +238,8 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_> {
         while seq
             .next_element_seed(Walk {
                 path: format!("{}/{i}", self.path),
-                fault: self.fault,
+                faults: self.faults,
+                all: self.all,
             })?
             .is_some()
         {
@@ -221,17 +253,17 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_> {
             let pointer = format!("{}/{}", self.path, escape(&key));
             if key.chars().count() > MAX_JSON_KEY_CHARS {
                 let m = format!("key longer than {MAX_JSON_KEY_CHARS} characters");
-                return Err(self.fail(pointer, &m));
-            }
-            if !seen.insert(key) {
-                return Err(self.fail(
-                    pointer,
+                self.fail::<A::Error>(pointer.clone(), &m)?;
+            } else if !seen.insert(key) {
+                self.fail::<A::Error>(
+                    pointer.clone(),
                     "this key is given more than once; send each key once",
-                ));
+                )?;
             }
             map.next_value_seed(Walk {
                 path: pointer,
-                fault: self.fault,
+                faults: self.faults,
+                all: self.all,
             })?;
         }
         Ok(())
@@ -496,6 +528,28 @@ mod tests {
         );
         let ok = "x".repeat(MAX_JSON_STRING_CHARS);
         assert!(parse_json::<serde_json::Value>(format!(r#"{{"a":"{ok}"}}"#).as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn every_fault_is_found_when_asked_for_all() {
+        let long = "x".repeat(MAX_JSON_STRING_CHARS + 1);
+        let text =
+            format!(r#"{{"a":{{"q":1,"q":7}},"b":"{long}","c":[{{"k":1,"k":2,"k":3}}],"a":0}}"#);
+        let fields: Vec<String> = json_text_faults(text.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.details[0].field.clone())
+            .collect();
+        assert_eq!(fields, ["/a/q", "/b", "/c/0/k", "/c/0/k", "/a"]);
+        assert!(json_text_faults(br#"{"a":1,"b":{"a":1}}"#)
+            .unwrap()
+            .is_empty());
+        assert!(json_text_faults(b"{\"a\":").is_err());
+        // The first-fault check agrees with the first of them.
+        match check_json_text(text.as_bytes()) {
+            Err(TextFault::Field(e)) => assert_eq!(e.details[0].field, "/a/q"),
+            _ => panic!("a duplicate key was accepted"),
+        }
     }
 
     #[test]

@@ -263,6 +263,10 @@ pub struct Tools {
     /// Read while a call waits for an operator's approval (no audit record per look).
     pub plans: Arc<dyn crate::ports::PlanStore>,
     pub clock: crate::clock::SharedClock,
+    /// Which calls may wait for an approval: one per plan, a few per operator.
+    pub holds: crate::protocol::limits::ApprovalHolds,
+    /// The longest a call waits for an approval (`AIRLOCK_APPROVAL_HOLD_MS`).
+    pub approval_hold: std::time::Duration,
 }
 
 fn page(limit: Option<u32>, cursor: Option<String>) -> Result<PageRequest, ApiError> {
@@ -302,6 +306,51 @@ impl Tools {
             .get_plan(id)
             .await?
             .is_some_and(|p| p.awaits_approval(now)))
+    }
+
+    /// Holds an `execute_plan` call (`args`) while its plan waits for the operator's
+    /// approval, looking at the plan (a read, no audit record) until it is decided or
+    /// `until`. `false`: not held, because another call holds this plan, the operator's
+    /// holds are all taken ([`crate::protocol::limits::ApprovalHolds`]) or no time is left;
+    /// the caller answers at once. `true`: held; the caller executes once more.
+    pub async fn hold_for_approval(
+        &self,
+        caller: &Caller,
+        args: &Value,
+        until: tokio::time::Instant,
+    ) -> Result<bool, ApiError> {
+        let Some(plan_id) = args.get("plan_id").and_then(Value::as_str) else {
+            return Ok(false);
+        };
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let ends = self.clock.now_ms() + left.as_millis().min(i64::MAX as u128) as i64;
+        let Some(held) = self.holds.take(&caller.operator.sub, plan_id, ends).await? else {
+            return Ok(false);
+        };
+        let mut decided = false;
+        while tokio::time::Instant::now() < until {
+            if !self.awaiting_approval(args).await.unwrap_or(false) {
+                decided = true;
+                break;
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            tokio::time::sleep(left.min(std::time::Duration::from_millis(500))).await;
+        }
+        // Decided before its time: the operator's other plans may be held now. (A hold that
+        // ran out ends by itself.)
+        if decided {
+            if let Err(e) = self.holds.release(&held).await {
+                tracing::warn!(
+                    code = e.code.as_str(),
+                    cause = e.cause.as_deref().unwrap_or(""),
+                    "approval hold not released; it ends at its time"
+                );
+            }
+        }
+        Ok(true)
     }
 
     /// Runs a tool the caller may see (an unknown or hidden one is the caller's to refuse
@@ -596,6 +645,13 @@ fn chat(facts: &ToolFacts) -> ChatContext {
         tool_call_id: facts.tool_call_id.clone(),
         extra: Default::default(),
     }
+}
+
+/// Counts a call refused before its tool ran (its arguments' text at fault), as
+/// [`Tools::call`] counts the calls it runs.
+pub fn refused(tool: &ToolDef) {
+    metrics::counter!(crate::metrics::MCP_TOOL_CALLS, "tool" => tool.name, "outcome" => "error")
+        .increment(1);
 }
 
 /// A tool error's structured content: the contract's error body.

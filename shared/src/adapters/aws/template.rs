@@ -137,6 +137,8 @@ pub struct FunctionDef {
     pub log_group: Option<String>,
     /// `Tracing` as written (the function's own, else `Globals.Function`'s).
     pub tracing: Option<Value>,
+    /// `ReservedConcurrentExecutions` as written.
+    pub reserved_concurrency: Option<Value>,
 }
 
 /// A resource an IAM statement names, as written.
@@ -607,6 +609,9 @@ fn function(id: &str, res: &Value, globals: Option<&Value>) -> Result<FunctionDe
         role,
         log_group,
         tracing,
+        reserved_concurrency: p
+            .and_then(|p| field(p, "ReservedConcurrentExecutions"))
+            .cloned(),
     })
 }
 
@@ -2230,23 +2235,83 @@ mod tests {
                 crate::handlers::action_status::MAX_WAIT_S
             ));
         }
-        // An `execute_plan` held for an operator's approval: the first execute, the hold,
-        // its last look and the final execute stalling, before the function's timeout.
+        // An `execute_plan` held for an operator's approval ends `reserve` before the
+        // invocation's deadline, whatever the hold: its last look and the final execute's
+        // calls, stalling, fit after it. Before the hold come the first execute and taking
+        // the hold (a read and a write); the timeout must leave a hold worth having after
+        // all of them stalling.
         let mcp = t
             .functions
             .iter()
             .find(|f| f.binary.as_deref() == Some("mcp"))
             .expect("the mcp function");
-        let need_ms = crate::handlers::mcp::APPROVAL_HOLD.as_millis() as u64
-            + 3 * limits.operation_timeout_ms;
+        let op = limits.operation_timeout_ms;
+        let reserve = crate::handlers::mcp::hold_reserve(op).as_millis() as u64;
+        if reserve < 3 * op {
+            problems.push(format!(
+                "McpFunction: {reserve} ms kept after a hold do not fit its last look and a final execute"
+            ));
+        }
+        let before = super::super::MAX_SEQUENTIAL_CALLS * op + 2 * op;
+        let need_ms = before + reserve + 5_000;
         if need_ms >= u64::from(mcp.timeout_s.unwrap_or(3)) * 1000 {
             problems.push(format!(
-                "McpFunction: a held approval needs more than {need_ms} ms"
+                "McpFunction: a held approval of 5 s needs more than {need_ms} ms"
             ));
         }
         assert_eq!(problems, Vec::<String>::new());
         // And the check can fail: a 2 s function would not hold them.
         assert!(limits.operation_timeout_ms * super::super::MAX_SEQUENTIAL_CALLS >= 2_000);
+    }
+
+    /// The MCP function's concurrency is reserved (and capped) only when the stack asks:
+    /// the default reserves none, which a new account's quota of 10 allows.
+    #[test]
+    fn the_mcp_function_reserves_concurrency_only_when_asked() {
+        let t = tpl();
+        let yaml = |s: &str| -> Value { serde_yaml::from_str(s).expect("YAML") };
+        assert_eq!(
+            t.parameters
+                .get("McpReservedConcurrency")
+                .cloned()
+                .flatten()
+                .as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            t.conditions.get("ReserveMcpConcurrency"),
+            Some(&yaml("!Not [!Equals [!Ref McpReservedConcurrency, 0]]"))
+        );
+        let mcp = t
+            .functions
+            .iter()
+            .find(|f| f.binary.as_deref() == Some("mcp"))
+            .expect("the mcp function");
+        assert_eq!(
+            mcp.reserved_concurrency,
+            Some(yaml(
+                "!If [ReserveMcpConcurrency, !Ref McpReservedConcurrency, !Ref AWS::NoValue]"
+            ))
+        );
+        let with =
+            |v: &str| BTreeMap::from([("McpReservedConcurrency".to_string(), v.to_string())]);
+        assert_eq!(
+            t.condition_holds("ReserveMcpConcurrency", &BTreeMap::new()),
+            Ok(false)
+        );
+        assert_eq!(
+            t.condition_holds("ReserveMcpConcurrency", &with("20")),
+            Ok(true)
+        );
+        // No other API function reserves any: the MCP function's cap is what keeps its
+        // held calls from the others' concurrency.
+        for f in &t.functions {
+            if f.logical_id != mcp.logical_id
+                && f.events.iter().any(|e| matches!(e, EventDef::Api { .. }))
+            {
+                assert_eq!(f.reserved_concurrency, None, "{}", f.logical_id);
+            }
+        }
     }
 
     /// Each edit makes the template disagree with the code; the checks must say so.
