@@ -197,7 +197,7 @@ impl AppState {
             orders: ports.orders.clone(),
             jobs: ports.jobs.clone(),
             actions: ports.actions.clone(),
-            cursors,
+            cursors: cursors.clone(),
         };
         let worker = Arc::new(Worker {
             clock: clock.clone(),
@@ -234,6 +234,10 @@ impl AppState {
             docs: ports.approvals.clone(),
             plans: ports.plans.clone(),
             audit: ports.audit.clone(),
+            tickets: cursors.clone(),
+            decoys: Arc::new(crate::protocol::approvals::DecoyCredentials::new(
+                cursors.derive_key("approvals-decoy-credentials"),
+            )),
         };
         let plan = Arc::new(plan);
         let execute = Arc::new(execute);

@@ -25,6 +25,7 @@ codes! {
     InvalidRequest => "invalid_request",
     PayloadTooLarge => "payload_too_large",
     UnsupportedMediaType => "unsupported_media_type",
+    RequestTimeout => "request_timeout",
     NotFound => "not_found",
     MethodNotAllowed => "method_not_allowed",
     Unauthenticated => "unauthenticated",
@@ -55,7 +56,6 @@ codes! {
     PlanNotPending => "plan_not_pending",
     PasskeyInvalid => "passkey_invalid",
     EnrolmentNotFound => "enrolment_not_found",
-    OperatorNotEnrolled => "operator_not_enrolled",
     UpstreamUnavailable => "upstream_unavailable",
     Internal => "internal",
 }

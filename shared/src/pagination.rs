@@ -45,6 +45,14 @@ impl CursorCodec {
         out
     }
 
+    /// A key for another purpose, derived from this one (HMAC under a label of its own).
+    pub fn derive_key(&self, purpose: &str) -> [u8; 32] {
+        let mut m = <HmacSha256 as Mac>::new_from_slice(&self.key).expect("HMAC takes any key");
+        m.update(b"airlock derived key\0");
+        m.update(purpose.as_bytes());
+        m.finalize().into_bytes().into()
+    }
+
     pub fn encode<K: Serialize>(&self, scope: &str, position: &K) -> String {
         let payload = serde_json::to_vec(position).expect("cursor positions serialize");
         let mac = self.mac(scope, &payload);

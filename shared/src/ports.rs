@@ -15,7 +15,8 @@ use crate::domain::{
 };
 use crate::error::StoreResult;
 use crate::records::{
-    ActionRecord, Approval, AuditRecord, Control, KeyRecord, PlanRecord, QueueMessage, RateState,
+    ActionRecord, ApprovalChange, AuditRecord, Control, KeyRecord, PlanPosition, PlanRecord,
+    QueueMessage, RateState,
 };
 
 /// Keyset pagination: rows strictly after `after` in the listing's order.
@@ -115,25 +116,35 @@ pub trait PlanStore: Send + Sync {
     /// Stores a new plan and its audit record in one atomic write.
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()>;
     async fn get_plan(&self, plan_id: &str) -> StoreResult<Option<PlanRecord>>;
-    /// Records an operator's decision on a plan with its audit record, atomically, only if
-    /// the plan is still `planned`, has no decision yet and has not expired at `now`;
-    /// `close`: also close the plan with this reason code (a decline). The plan leaves the
-    /// pending-approvals listing. `false`: a condition failed; nothing was written.
+    /// Records an operator's approval or decline on a plan with its audit record,
+    /// atomically, only if the plan is still `planned`, has no decision yet, has not
+    /// expired at `now` and still holds `change.seen` approvals. With a decision the plan
+    /// leaves the pending-approvals listings. `false`: a condition failed; nothing was
+    /// written.
     async fn record_approval(
         &self,
         plan_id: &str,
-        approval: &Approval,
-        close: Option<&str>,
+        change: &ApprovalChange,
         audit: &AuditRecord,
         now: Millis,
     ) -> StoreResult<bool>;
-    /// Plans waiting for an approval on these desks ([`PlanRecord::awaiting_desk`]),
-    /// unexpired at `now`, soonest expiry first, at most `limit`. On DynamoDB it comes from
-    /// a sparse index, which can lag: callers re-check each plan.
-    async fn list_awaiting(
+    /// Plans of this requester waiting for an approval ([`PlanRecord::awaiting_requester`]),
+    /// unexpired at `now`, newest (latest expiry) first, after `before`, at most `limit`.
+    /// On DynamoDB it comes from a sparse index, which can lag: callers re-check each plan.
+    async fn list_awaiting_by_requester(
+        &self,
+        requester: &str,
+        now: Millis,
+        before: Option<&PlanPosition>,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>>;
+    /// Four-eyes plans of these desks waiting for an approval
+    /// ([`PlanRecord::awaiting_desk`]), in the same order and with the same caveat.
+    async fn list_awaiting_four_eyes(
         &self,
         desks: &DeskScope,
         now: Millis,
+        before: Option<&PlanPosition>,
         limit: u32,
     ) -> StoreResult<Vec<PlanRecord>>;
 }

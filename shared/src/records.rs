@@ -92,9 +92,14 @@ pub struct PlanRecord {
     /// four-eyes threshold: execute holds the plan to the threshold in force then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notional: Option<rust_decimal::Decimal>,
-    /// The operator's decision on the approval page (`operator` mode only).
+    /// The decision that ended the approval step on the approval page (`operator` mode
+    /// only): the approval that completed it, or a decline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
+    /// Every approval given so far. A four-eyes plan needs two: its requester's and another
+    /// approver's, in either order; the second one is also its `approval`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<Approval>,
 }
 
 fn token_mode() -> crate::policy::ConfirmationMode {
@@ -112,15 +117,48 @@ impl PlanRecord {
             && now < self.expires_at
     }
 
-    /// The desk whose approvers are asked, while the plan awaits approval: the key of the
-    /// pending-approvals listing (absent otherwise, so the listing stays small).
-    pub fn awaiting_desk(&self) -> Option<&str> {
-        (self.confirmation == crate::policy::ConfirmationMode::Operator
+    fn awaiting(&self) -> bool {
+        self.confirmation == crate::policy::ConfirmationMode::Operator
             && self.executable
             && self.status == PlanStatus::Planned
-            && self.approval.is_none())
-        .then_some(self.desk.as_str())
+            && self.approval.is_none()
     }
+
+    /// The operator whose pending list shows the plan while it awaits approval: its
+    /// requester (a key of the pending-approvals listing; absent otherwise, so the listing
+    /// stays small).
+    pub fn awaiting_requester(&self) -> Option<&str> {
+        self.awaiting().then_some(self.requested_by.as_str())
+    }
+
+    /// The desk whose approvers are asked, while a four-eyes plan awaits approval: the
+    /// other key of the pending-approvals listing.
+    pub fn awaiting_desk(&self) -> Option<&str> {
+        (self.awaiting() && self.four_eyes).then_some(self.desk.as_str())
+    }
+
+    /// Whether this operator has approved the plan.
+    pub fn approved_by(&self, sub: &str) -> bool {
+        self.approvals
+            .iter()
+            .any(|a| a.approver == sub && a.decision == ApprovalDecision::Approved)
+    }
+}
+
+/// Where a newest-first listing of plans stopped: the last plan's expiry and id.
+pub type PlanPosition = (Millis, String);
+
+/// An operator's decision written on a plan ([`crate::ports::PlanStore::record_approval`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalChange {
+    /// How many approvals the plan held when read: the write holds only if it still does.
+    pub seen: usize,
+    /// The plan's approvals after this one.
+    pub approvals: Vec<Approval>,
+    /// Set when this ends the approval step: the completing approval, or a decline.
+    pub decision: Option<Approval>,
+    /// Also close the plan with this reason code (a decline).
+    pub close: Option<String>,
 }
 
 /// What an execute points at: the order or job the worker will create.

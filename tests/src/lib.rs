@@ -12,6 +12,7 @@ pub mod idp;
 pub mod lambda;
 pub mod moto;
 pub mod passkey;
+pub mod raw;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -352,6 +353,62 @@ impl Server {
         c.busy_timeout(Duration::from_secs(5))
             .expect("busy timeout");
         c
+    }
+
+    /// How many approval documents of a kind (`challenge`, `session`, `enrolment`,
+    /// `operator`) the store holds, live or expired: what requests made it keep.
+    pub async fn stored_approval_docs(&self, kind: &str) -> usize {
+        match self.backend {
+            Backend::Embedded => self
+                .db()
+                .query_row(
+                    "SELECT COUNT(*) FROM approval_docs WHERE kind = ?",
+                    [kind],
+                    |r| r.get::<_, i64>(0),
+                )
+                .expect("count approval docs") as usize,
+            Backend::Aws => {
+                let var = |k: &str| {
+                    self.env
+                        .iter()
+                        .find(|(n, _)| n == k)
+                        .map(|(_, v)| v.clone())
+                };
+                let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .endpoint_url(var("AWS_ENDPOINT_URL").expect("an emulator endpoint"))
+                    .region(aws_config::Region::new(crate::moto::Moto::REGION))
+                    .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                        "test", "test", None, None, "tests",
+                    ))
+                    .load()
+                    .await;
+                let ddb = aws_sdk_dynamodb::Client::new(&conf);
+                let table = var("AIRLOCK_APPROVALS_TABLE").unwrap_or("airlock-approvals".into());
+                let mut n = 0;
+                let mut start = None;
+                loop {
+                    let o = ddb
+                        .query()
+                        .table_name(&table)
+                        .key_condition_expression("#k = :k")
+                        .expression_attribute_names("#k", "kind")
+                        .expression_attribute_values(
+                            ":k",
+                            aws_sdk_dynamodb::types::AttributeValue::S(kind.into()),
+                        )
+                        .select(aws_sdk_dynamodb::types::Select::Count)
+                        .set_exclusive_start_key(start)
+                        .send()
+                        .await
+                        .expect("query approval docs");
+                    n += o.count as usize;
+                    match o.last_evaluated_key {
+                        Some(k) if !k.is_empty() => start = Some(k),
+                        _ => return n,
+                    }
+                }
+            }
+        }
     }
 
     /// Messages in both queues (waiting or in flight), through `airlock queues`.

@@ -328,8 +328,10 @@ async fn the_agent_cannot_approve(b: Backend) {
     s.cli(&["operators", "revoke", "--sub", "op-energy-trader"]);
     let r = c.start(&b2, "approved").await;
     assert_eq!(r.status, 401, "{}", r.body);
+    // Its passkey no longer signs in (answered as for a stranger).
     let r = c.sign_in("op-energy-trader", &mut key).await;
-    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "passkey_invalid");
 }
 
 both!(a_declined_plan_never_executes_and_an_expired_one_cannot_be_approved);
@@ -373,8 +375,8 @@ async fn a_declined_plan_never_executes_and_an_expired_one_cannot_be_approved(b:
     drop(c);
 }
 
-both!(four_eyes_needs_another_approver_of_the_desk);
-async fn four_eyes_needs_another_approver_of_the_desk(b: Backend) {
+both!(four_eyes_needs_the_requester_and_another_approver);
+async fn four_eyes_needs_the_requester_and_another_approver(b: Backend) {
     // 2 CLF27 at the paper broker's reference is well above 100,000 USD; 1 contract of
     // a 1,000,000 limit is not.
     let s = start(b, Some(r#"{"four_eyes_above_notional": "100000"}"#));
@@ -382,20 +384,12 @@ async fn four_eyes_needs_another_approver_of_the_desk(b: Backend) {
     let p = plan(&t, 2).await;
     let pid = id(&p);
     assert_eq!(p["approval"]["four_eyes"], true, "{:?}", p.body);
-    let (mut c, key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
-    let own = c.start(&pid, "approved").await;
-    assert_eq!(own.status, 403, "{}", own.body);
-    assert_eq!(own.body["error"]["code"], "approval_refused");
-    assert!(own.body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("your own approval does not count"));
-    // A viewer of the desk may not approve either.
+    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    // A viewer of the desk may not approve.
     let (mut v, mut vkey) = signed_in(&s, "op-viewer", "viewer", "energy").await;
     assert_eq!(v.decide(&pid, "approved", &mut vkey).await.status, 403);
-    assert_eq!(execute(&t, &pid, "k-4e").await.code(), "approval_required");
 
-    // The head trader sees it in their pending list and approves it.
+    // The checker first: not enough alone.
     let (mut h, mut hkey) = signed_in(&s, "op-head-trader", "head_trader", "").await;
     let list = h.get("/approvals").await.body["text"]
         .as_str()
@@ -406,11 +400,250 @@ async fn four_eyes_needs_another_approver_of_the_desk(b: Backend) {
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.body["approver"], "op-head-trader");
     let e = execute(&t, &pid, "k-4e").await;
+    assert_eq!(e.code(), "approval_required", "{:?}", e.body);
+    assert_eq!(e["approval"]["approved_by"], json!(["op-head-trader"]));
+    // Nobody approves twice, and a second checker does not replace the requester.
+    let again = h.start(&pid, "approved").await;
+    assert_eq!(again.status, 403, "{}", again.body);
+    assert!(again.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("approved this plan already"));
+    let (mut h2, mut h2key) = signed_in(&s, "op-head-2", "head_trader", "").await;
+    let other = h2.decide(&pid, "approved", &mut h2key).await;
+    assert_eq!(other.status, 403, "{}", other.body);
+    // The page says who approved and who is still needed.
+    let page = c.get(&format!("/approvals/plans/{pid}")).await.body["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(page.contains("id=\"approved-by\">op-head-trader"), "{page}");
+    assert!(
+        page.contains("op-energy-trader, who asked for it"),
+        "{page}"
+    );
+
+    // The requester's own passkey completes it.
+    let a = c.decide(&pid, "approved", &mut key).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let e = execute(&t, &pid, "k-4e").await;
     assert_eq!(e.status, 202, "{:?}", e.body);
-    assert!(audit(&s, &pid).iter().any(|r| r["decision"] == "refused"
-        && r["approver"] == "op-energy-trader"
-        && r["reason_code"] == "approval_refused"));
-    let _ = key.id();
+    let trail = audit(&s, &pid);
+    assert!(trail
+        .iter()
+        .any(|r| r["decision"] == "approved_partly" && r["approver"] == "op-head-trader"));
+    assert!(trail
+        .iter()
+        .any(|r| r["decision"] == "approved" && r["approver"] == "op-energy-trader"));
+
+    // The other order: the requester first, then the checker.
+    let p = plan(&t, 2).await;
+    let pid = id(&p);
+    assert_eq!(c.decide(&pid, "approved", &mut key).await.status, 200);
+    assert_eq!(
+        execute(&t, &pid, "k-4e-2").await.code(),
+        "approval_required"
+    );
+    let mine = c.start(&pid, "approved").await;
+    assert_eq!(mine.status, 403, "{}", mine.body);
+    let a = h2.decide(&pid, "approved", &mut h2key).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(execute(&t, &pid, "k-4e-2").await.status, 202);
+}
+
+both!(the_pending_list_shows_own_and_four_eyes_plans_newest_first);
+/// The pending list: the operator's own plans and the four-eyes plans of their desks,
+/// newest first; a colleague's own plans are not theirs to see.
+async fn the_pending_list_shows_own_and_four_eyes_plans_newest_first(b: Backend) {
+    let s = start(b, Some(r#"{"four_eyes_above_notional": "100000"}"#));
+    let t = s.trader();
+    let head = airlock_tests::Api::new(
+        &s,
+        s.service_token(),
+        s.operator_token("op-head-trader", "head_trader", None),
+    );
+    let own_small = id(&plan(&t, 1).await);
+    let own_large = id(&plan(&t, 2).await);
+    let heads_small = {
+        let p = head
+            .post(
+                "/actions/plan",
+                &json!({
+                    "action_type": "order.submit.cl",
+                    "payload": { "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" },
+                    "requested_by": "op-head-trader",
+                    "chat_context": { "chat_session_id": "chat-h", "tool_call_id": "call-h" }
+                }),
+            )
+            .await;
+        assert_eq!(p.status, 200, "{:?}", p.body);
+        id(&p)
+    };
+    let (trader, _) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let (checker, _) = signed_in(&s, "op-head-2", "head_trader", "").await;
+    let text = |a: airlock_tests::passkey::Answer| a.body["text"].as_str().unwrap().to_string();
+    let list = text(trader.get("/approvals").await);
+    let (small, large) = (
+        list.find(&own_small).expect("own small plan listed"),
+        list.find(&own_large).expect("own large plan listed"),
+    );
+    assert!(large < small, "newest first: {list}");
+    assert!(!list.contains(&heads_small), "{list}");
+    let list = text(checker.get("/approvals").await);
+    assert!(list.contains(&own_large), "four eyes of the desk: {list}");
+    assert!(
+        !list.contains(&own_small),
+        "not four eyes, not theirs: {list}"
+    );
+    assert!(!list.contains(&heads_small), "{list}");
+}
+
+both!(a_revoked_operators_links_and_sessions_stay_dead);
+/// Revoking an operator kills their unused links and every session they opened, for good;
+/// a new link kills the earlier one. Each step is audited.
+async fn a_revoked_operators_links_and_sessions_stay_dead(b: Backend) {
+    let s = start(b, None);
+    let t = s.trader();
+    let open = |link: &str| {
+        let path = link.split_once("/approvals/").unwrap().1.to_string();
+        format!("/approvals/{path}")
+    };
+    let l1 = enroll(&s, "op9", "trader", "energy");
+    assert!(
+        s.cli(&["operators", "list"]).contains("link open until"),
+        "the open link is listed"
+    );
+    s.cli(&["operators", "revoke", "--sub", "op9"]);
+    let l2 = enroll(&s, "op9", "trader", "energy");
+    let c = ApprovalClient::new(&s.base);
+    for path in [open(&l1)] {
+        assert_eq!(c.get(&path).await.status, 404, "a link revoked");
+        let r = c.post(&format!("{path}/start"), json!({})).await;
+        assert_eq!(r.status, 404, "{}", r.body);
+        assert_eq!(r.body["error"]["code"], "enrolment_not_found");
+    }
+    // A new link kills the earlier unused one.
+    let l3 = enroll(&s, "op9", "trader", "energy");
+    let r = c.post(&format!("{}/start", open(&l2)), json!({})).await;
+    assert_eq!(r.status, 404, "a link replaced: {}", r.body);
+    let mut c3 = ApprovalClient::new(&s.base);
+    let mut key = Passkey::new();
+    assert_eq!(c3.enroll(&l3, &mut key).await.status, 200);
+    assert!(!s.cli(&["operators", "list"]).contains("link open until"));
+    let pid = id(&plan(&t, 1).await);
+    assert_eq!(c3.get(&format!("/approvals/plans/{pid}")).await.status, 200);
+
+    // Revoked: the session is dead, and stays dead after the operator is enrolled again.
+    s.cli(&["operators", "revoke", "--sub", "op9"]);
+    assert_eq!(c3.get("/approvals").await.status, 303);
+    let l4 = enroll(&s, "op9", "head_trader", "");
+    assert_eq!(
+        c3.get("/approvals").await.status,
+        303,
+        "an old session came back"
+    );
+    assert_eq!(c3.decide(&pid, "approved", &mut key).await.status, 401);
+    // The old passkey was forgotten: it cannot sign in.
+    let mut c4 = ApprovalClient::new(&s.base);
+    assert_eq!(c4.sign_in("op9", &mut key).await.status, 422);
+    let mut key4 = Passkey::new();
+    assert_eq!(c4.enroll(&l4, &mut key4).await.status, 200);
+    assert_eq!(c4.get("/approvals").await.status, 200);
+
+    // (The CLI's clock and the server's are both pinned near market open: the records
+    // are compared as a set, not in time order.)
+    let mut trail: Vec<String> = audit(&s, "operator:op9")
+        .iter()
+        .map(|r| r["decision"].as_str().unwrap().to_string())
+        .collect();
+    trail.sort();
+    let mut want = vec![
+        "created",
+        "revoked",
+        "re_enrolled",
+        "link_issued",
+        "passkey_registered",
+        "revoked",
+        "re_enrolled",
+        "passkey_registered",
+    ];
+    want.sort();
+    assert_eq!(trail, want);
+}
+
+both!(sign_in_tells_strangers_nothing_and_stores_nothing_for_them);
+/// Sign-in answers an unknown operator id as it answers an enrolled one, stores nothing
+/// for a request that has not signed in, and a sign-in is used once.
+async fn sign_in_tells_strangers_nothing_and_stores_nothing_for_them(b: Backend) {
+    let s = start(b, None);
+    let (_, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let c = ApprovalClient::new(&s.base);
+    let before = s.stored_approval_docs("challenge").await;
+    let start = |sub: &'static str| {
+        let c = &c;
+        async move {
+            let r = c
+                .post("/approvals/login/start", json!({ "operator_id": sub }))
+                .await;
+            assert_eq!(r.status, 200, "{sub}: {}", r.body);
+            r.body
+        }
+    };
+    fn shape(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                Value::Object(m.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().take(1).map(shape).collect()),
+            Value::String(_) => json!("s"),
+            Value::Number(_) => json!(0),
+            other => other.clone(),
+        }
+    }
+    let known = start("op-energy-trader").await;
+    let unknown = start("op-nobody").await;
+    assert_eq!(shape(&known), shape(&unknown), "{known} / {unknown}");
+    let ids = |v: &Value| v["options"]["publicKey"]["allowCredentials"].clone();
+    assert!(!ids(&unknown).as_array().unwrap().is_empty());
+    assert_eq!(
+        ids(&unknown),
+        ids(&start("op-nobody").await),
+        "stable decoys"
+    );
+    assert_ne!(ids(&unknown), ids(&start("op-nobody-2").await));
+    for _ in 0..40 {
+        start("op-energy-trader").await;
+        start("op-nobody").await;
+    }
+    assert_eq!(
+        s.stored_approval_docs("challenge").await,
+        before,
+        "sign-in starts store nothing"
+    );
+    // A sign-in's ticket is used once.
+    let c2 = ApprovalClient::new(&s.base);
+    let st = c2
+        .post(
+            "/approvals/login/start",
+            json!({ "operator_id": "op-energy-trader" }),
+        )
+        .await;
+    let cred = key.assert(&st.body["options"], &c2.origin);
+    let finish = json!({ "challenge_id": st.body["challenge_id"], "credential": cred });
+    let ok = c2.post("/approvals/login/finish", finish.clone()).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let replay = c2.post("/approvals/login/finish", finish).await;
+    assert_eq!(replay.status, 422, "{}", replay.body);
+    assert_eq!(replay.body["error"]["code"], "passkey_invalid");
+    // A forged ticket is refused without a store lookup of what it names.
+    let forged = c2
+        .post(
+            "/approvals/login/finish",
+            json!({ "challenge_id": "eyJzIjoib3AtZW5lcmd5LXRyYWRlciJ9.AAAA", "credential": {} }),
+        )
+        .await;
+    assert_eq!(forged.status, 422, "{}", forged.body);
+    assert_eq!(forged.body["error"]["code"], "passkey_invalid");
 }
 
 both!(a_policy_tightened_after_the_plan_holds_at_execute);

@@ -153,13 +153,23 @@ async fn four_eyes_in_the_browser(backend: Backend) {
         "op-energy-trader",
     )
     .await;
+    // Maker and checker: the requester approves first, and that is not enough.
     trader.goto(&url).await;
     trader.wait_for("#four-eyes", WAIT).await;
-    assert!(!trader.exists("#approve").await, "no self-approval");
     assert!(trader
-        .text("#why-not")
+        .text("#still-needed")
         .await
-        .contains("your own approval does not count"));
+        .contains("a second operator"));
+    trader.click("#approve").await;
+    trader
+        .wait_for_text("#approved-by", "op-energy-trader", WAIT)
+        .await;
+    assert_eq!(trader.text("#state").await, "pending");
+    assert!(!trader.exists("#approve").await, "nobody approves twice");
+    assert_eq!(
+        execute(&t, &p, "browser-4e").await.code(),
+        "approval_required"
+    );
     trader.close().await;
 
     let mut head = Browser::start().await;

@@ -177,6 +177,35 @@ async fn send(t: &Api, rb: reqwest::RequestBuilder) -> (Resp, HeaderMap) {
     (Resp { body, ..resp }, headers)
 }
 
+/// A POST whose body stops after a few bytes, read off the wire (the server answers once
+/// the body deadline passes).
+fn stalled_body(s: &Server, t: &Api, path: &str) -> Resp {
+    use airlock_tests::raw;
+    let bearer = format!("Bearer {}", t.service);
+    let mut c = raw::connect(&s.base);
+    let head = raw::head(
+        "POST",
+        &format!("{}{path}", airlock_tests::BASE),
+        &[
+            ("Authorization", &bearer),
+            ("X-Operator-Token", &t.operator),
+            ("Content-Type", "application/json"),
+            ("Content-Length", "100"),
+        ],
+    );
+    raw::send(&mut c, &head);
+    raw::send(&mut c, b"{\"action_type\": ");
+    let (got, _) = raw::until_closed(&mut c, std::time::Duration::from_secs(20))
+        .expect("the server answers a stalled body");
+    let a = raw::parse(&got);
+    Resp {
+        status: a.status,
+        request_id: a.header("x-request-id").map(String::from),
+        retry_after: a.header("retry-after").map(String::from),
+        body: a.body,
+    }
+}
+
 /// A POST of raw bytes to the MCP endpoint, as an MCP client sends it.
 async fn mcp(t: &Api, content_type: &str, body: Vec<u8>) -> Resp {
     let rb = t
@@ -283,6 +312,8 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         // One order waiting (the workers are off) backlogs the orders queue.
         ("AIRLOCK_ORDERS_BACKLOG_LIMIT", "1"),
         ("AIRLOCK_ORDERS_BACKLOG_WAIT_MS", "0"),
+        // A body that stops half-way is cut off after 2 s.
+        ("AIRLOCK_BODY_READ_TIMEOUT_MS", "2000"),
     ]);
     let t = s.trader();
     let anon = t.with_tokens("", "");
@@ -427,6 +458,8 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
     seen.api("mcp", "text/plain", &r, Code::UnsupportedMediaType);
     let r = mcp(&t, "application/json", too_large.clone()).await;
     seen.api("mcp", "70 KiB", &r, Code::PayloadTooLarge);
+    let r = stalled_body(&s, &t, "/actions/plan");
+    seen.api("planAction", "a body that stops", &r, Code::RequestTimeout);
     for body in [&b"{"[..], b"{}", b"[1]"] {
         let r = mcp(&t, "application/json", body.to_vec()).await;
         seen.api("mcp", "not a JSON-RPC message", &r, Code::InvalidRequest);
@@ -633,7 +666,7 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         a.status,
         &a.body,
         &a.headers,
-        Code::OperatorNotEnrolled,
+        Code::PasskeyInvalid,
     );
     let link = enroll(&s, "op-energy-trader", "trader", "energy");
     let mut key = Passkey::new();

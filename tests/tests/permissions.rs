@@ -1709,11 +1709,17 @@ fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
         lambda_request_id: None,
     };
     let recorded = w
-        .block(
-            w.ports
-                .plans
-                .record_approval(plan_id, &approval, None, &audit, now),
-        )
+        .block(w.ports.plans.record_approval(
+            plan_id,
+            &airlock::records::ApprovalChange {
+                seen: 0,
+                approvals: vec![approval.clone()],
+                decision: Some(approval.clone()),
+                close: None,
+            },
+            &audit,
+            now,
+        ))
         .expect("record the approval");
     assert!(recorded, "the plan could not be approved");
     true

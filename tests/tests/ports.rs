@@ -25,8 +25,9 @@ use airlock::ports::{
     PlanChange, PositionChange, PositionsReplacement, Reservation, Signer, Stored,
 };
 use airlock::records::{
-    ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, PlanRecord, PlanStatus,
-    QueueMessage, RateState, ResourceRefs, Trace, QUEUE_MESSAGE_SCHEMA, RATE_WINDOW_MS,
+    ActionRecord, Approval, ApprovalChange, ApprovalDecision, AuditRecord, Control, Decision,
+    KeyRecord, KeyState, PlanRecord, PlanStatus, QueueMessage, RateState, ResourceRefs, Trace,
+    QUEUE_MESSAGE_SCHEMA, RATE_WINDOW_MS,
 };
 use airlock_tests::moto::Moto;
 use airlock_tests::{both, temp_state_dir, Backend};
@@ -165,6 +166,7 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         four_eyes: false,
         notional: None,
         approval: None,
+        approvals: Vec::new(),
     }
 }
 
@@ -1985,3 +1987,188 @@ async fn the_paper_broker_fills_concurrent_orders_on_one_account(b: Backend) {
     assert_eq!(total, (MINE + OTHERS) as i64);
 }
 both!(the_paper_broker_fills_concurrent_orders_on_one_account);
+
+// ---------------------------------------------------------------------------------------
+// The pending-approvals listings
+
+/// An `operator`-mode plan awaiting approval, asked by `by`, expiring `exp_s` seconds after
+/// `NOW` (the listings are newest, that is latest expiry, first).
+fn awaiting(plan_id: &str, by: &str, four_eyes: bool, exp_s: i64) -> PlanRecord {
+    let mut p = plan(plan_id, "ACC-1", PlanStatus::Planned);
+    p.confirmation = airlock::policy::ConfirmationMode::Operator;
+    p.requested_by = by.into();
+    p.four_eyes = four_eyes;
+    p.expires_at = NOW + exp_s * 1000;
+    p
+}
+
+fn approval_by(who: &str, decision: ApprovalDecision) -> Approval {
+    Approval {
+        decision,
+        approver: who.into(),
+        credential_id: format!("cred-{who}"),
+        user_verified: true,
+        payload_hash: "hash".into(),
+        at: NOW,
+    }
+}
+
+fn ids(plans: &[PlanRecord]) -> Vec<&str> {
+    plans.iter().map(|p| p.plan_id.as_str()).collect()
+}
+
+/// An operator's pending list is a query of their own plans (and of the four-eyes plans of
+/// their desks), so a colleague's 205 plans on the same desk never push theirs off it.
+async fn the_pending_listings_are_queries_not_filters(b: Backend) {
+    let e = env(b).await;
+    let put = |p: PlanRecord| {
+        let plans = e.p.plans.clone();
+        async move {
+            let a = audit(&format!("a-{}", p.plan_id), Some(&p.plan_id));
+            plans.put_plan(&p, &a).await.unwrap();
+        }
+    };
+    // The colleague's plans expire first: a listing that reads the 200 soonest and
+    // filters afterwards never reaches op-1's.
+    for i in 0..205 {
+        put(awaiting(
+            &format!("pln-c{i:03}"),
+            "op-colleague",
+            false,
+            100 + i,
+        ))
+        .await;
+    }
+    for (id, exp) in [
+        ("pln-mine-1", 400),
+        ("pln-mine-2", 401),
+        ("pln-mine-3", 402),
+    ] {
+        put(awaiting(id, "op-1", false, exp)).await;
+    }
+    put(awaiting("pln-4e-a", "op-colleague", true, 500)).await;
+    put(awaiting("pln-4e-b", "op-2", true, 501)).await;
+    // Token plans never await an approval.
+    put(plan("pln-token", "ACC-1", PlanStatus::Planned)).await;
+
+    let plans = &e.p.plans;
+    let mine = plans
+        .list_awaiting_by_requester("op-1", NOW, None, 2)
+        .await
+        .unwrap();
+    assert_eq!(ids(&mine), ["pln-mine-3", "pln-mine-2"], "newest first");
+    let last = mine.last().unwrap();
+    let before = (last.expires_at, last.plan_id.clone());
+    let rest = plans
+        .list_awaiting_by_requester("op-1", NOW, Some(&before), 2)
+        .await
+        .unwrap();
+    assert_eq!(ids(&rest), ["pln-mine-1"]);
+    // Expired ones are gone.
+    let later = plans
+        .list_awaiting_by_requester("op-1", NOW + 401_500, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&later), ["pln-mine-3"]);
+
+    let energy = DeskScope::Only(["energy".to_string()].into_iter().collect());
+    let four = plans
+        .list_awaiting_four_eyes(&energy, NOW, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&four), ["pln-4e-b", "pln-4e-a"]);
+    let metals = DeskScope::Only(["metals".to_string()].into_iter().collect());
+    assert!(plans
+        .list_awaiting_four_eyes(&metals, NOW, None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The maker's approval alone keeps a four-eyes plan in both listings; the checker's
+    // completes it and takes it out. A write made on a stale count changes nothing.
+    let maker = approval_by("op-colleague", ApprovalDecision::Approved);
+    let first = ApprovalChange {
+        seen: 0,
+        approvals: vec![maker.clone()],
+        decision: None,
+        close: None,
+    };
+    let a = audit("a-4e-1", Some("pln-4e-a"));
+    assert!(plans
+        .record_approval("pln-4e-a", &first, &a, NOW)
+        .await
+        .unwrap());
+    assert!(
+        !plans
+            .record_approval("pln-4e-a", &first, &audit("a-4e-x", Some("pln-4e-a")), NOW)
+            .await
+            .unwrap(),
+        "a second write on the count read before the first is refused"
+    );
+    let p = plans.get_plan("pln-4e-a").await.unwrap().unwrap();
+    assert_eq!(p.approvals, vec![maker.clone()]);
+    assert_eq!(p.approval, None);
+    assert_eq!(
+        ids(&plans
+            .list_awaiting_four_eyes(&energy, NOW, None, 10)
+            .await
+            .unwrap()),
+        ["pln-4e-b", "pln-4e-a"]
+    );
+    let checker = approval_by("op-head", ApprovalDecision::Approved);
+    let second = ApprovalChange {
+        seen: 1,
+        approvals: vec![maker.clone(), checker.clone()],
+        decision: Some(checker.clone()),
+        close: None,
+    };
+    assert!(plans
+        .record_approval("pln-4e-a", &second, &audit("a-4e-2", Some("pln-4e-a")), NOW)
+        .await
+        .unwrap());
+    let p = plans.get_plan("pln-4e-a").await.unwrap().unwrap();
+    assert_eq!(p.approvals, vec![maker, checker.clone()]);
+    assert_eq!(p.approval, Some(checker));
+    assert_eq!(p.status, PlanStatus::Planned);
+    assert_eq!(
+        ids(&plans
+            .list_awaiting_four_eyes(&energy, NOW, None, 10)
+            .await
+            .unwrap()),
+        ["pln-4e-b"]
+    );
+    assert!(plans
+        .list_awaiting_by_requester("op-colleague", NOW, None, 300)
+        .await
+        .unwrap()
+        .iter()
+        .all(|p| p.plan_id != "pln-4e-a"));
+
+    // A decline closes the plan and takes it out.
+    let decline = ApprovalChange {
+        seen: 0,
+        approvals: vec![],
+        decision: Some(approval_by("op-1", ApprovalDecision::Declined)),
+        close: Some("plan_declined".into()),
+    };
+    assert!(plans
+        .record_approval(
+            "pln-mine-3",
+            &decline,
+            &audit("a-d", Some("pln-mine-3")),
+            NOW
+        )
+        .await
+        .unwrap());
+    let p = plans.get_plan("pln-mine-3").await.unwrap().unwrap();
+    assert_eq!(p.status, PlanStatus::Closed);
+    assert_eq!(p.closed_reason.as_deref(), Some("plan_declined"));
+    assert_eq!(
+        ids(&plans
+            .list_awaiting_by_requester("op-1", NOW, None, 10)
+            .await
+            .unwrap()),
+        ["pln-mine-2", "pln-mine-1"]
+    );
+}
+both!(the_pending_listings_are_queries_not_filters);

@@ -185,12 +185,15 @@ pub async fn serve(
         state.approvals.origin
     );
     let mut routes = airlock::handlers::all();
+    // Limits on how long a client may take to send a request (slowloris).
+    let timeouts = airlock::http::serve::ReadTimeouts::from_config(&state.config);
     match metrics_listener.filter(|_| metrics_on) {
         Some(l) => {
             let at = l.local_addr().map_err(|e| e.to_string())?;
             outln!("metrics at http://{at}{}", airlock::handlers::metrics::PATH);
             let app = airlock::handlers::metrics::routes().with_state(state.clone());
-            tokio::spawn(async move { axum::serve(l, app).await });
+            let never = std::future::pending();
+            tokio::spawn(airlock::http::serve::serve(l, app, timeouts, never));
         }
         None if metrics_on && local.ip().is_loopback() => {
             routes = routes.merge(airlock::handlers::metrics::routes());
@@ -200,10 +203,8 @@ pub async fn serve(
         ),
     }
     let app = airlock::http::app(routes, state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|e| e.to_string())
+    airlock::http::serve::serve(listener, app, timeouts, shutdown()).await;
+    Ok(())
 }
 
 /// The order and job consumers, on a thread and runtime of their own: the OS shares the
@@ -615,11 +616,15 @@ pub async fn operators(
         OperatorsCommand::List => {
             for o in a.list_operators().await.map_err(|e| e.message)? {
                 outln!(
-                    "{}\troles={}\tdesks={}\tpasskeys={}{}",
+                    "{}\troles={}\tdesks={}\tpasskeys={}{}{}",
                     o.sub,
                     o.roles.join(","),
                     o.desks.join(","),
                     o.passkeys,
+                    match &o.open_link_expires_at {
+                        Some(at) => format!("\tlink open until {at}"),
+                        None => String::new(),
+                    },
                     if o.revoked { "\tREVOKED" } else { "" }
                 );
             }
@@ -628,7 +633,7 @@ pub async fn operators(
             if !a.revoke(&sub, &cli_user()).await.map_err(|e| e.message)? {
                 return Err(format!("no operator {sub}"));
             }
-            outln!("revoked {sub}: passkeys forgotten, sessions ended");
+            outln!("revoked {sub}: passkeys forgotten, enrolment link closed, sessions ended");
         }
     }
     Ok(())

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::domain::{human_time, rfc3339, Millis};
 use crate::error::ApiError;
-use crate::protocol::approvals::{PlanPage, SignedIn};
+use crate::protocol::approvals::{still_needed, PendingPage, PlanPage, SignedIn};
 use crate::records::{ApprovalDecision, PlanRecord, PlanStatus};
 
 pub const SCRIPT: &str = include_str!("approvals.js");
@@ -140,36 +140,79 @@ pub fn enrol(sub: &str, expires_at: Millis) -> Response {
     )
 }
 
-pub fn pending(who: &SignedIn, plans: &[PlanRecord], now: Millis) -> Response {
+pub fn pending(who: &SignedIn, page: &PendingPage, now: Millis) -> Response {
     let mut items = String::new();
-    for p in plans {
+    for p in &page.plans {
         let whose = if p.requested_by == who.operator.sub {
             "yours".to_string()
         } else {
-            format!("four eyes: asked by {}", esc(&p.requested_by))
+            format!("asked by {}", esc(&p.requested_by))
+        };
+        let four_eyes = if p.four_eyes {
+            format!(
+                "; four eyes: approved by {}, waiting for {}",
+                if p.approvals.is_empty() {
+                    "nobody yet".to_string()
+                } else {
+                    esc(&p
+                        .approvals
+                        .iter()
+                        .map(|a| a.approver.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "))
+                },
+                esc(&still_needed(p))
+            )
+        } else {
+            String::new()
         };
         items.push_str(&format!(
-            "<li><a class=\"plan\" href=\"/approvals/plans/{}\">{}</a> <small>({}, desk {}, {} s left)</small></li>",
+            "<li><a class=\"plan\" href=\"/approvals/plans/{}\">{}</a> <small>({}, desk {}, {} s left{})</small></li>",
             esc(&p.plan_id),
             esc(&p.preview),
             whose,
             esc(&p.desk),
-            ((p.expires_at - now) / 1000).max(0)
+            ((p.expires_at - now) / 1000).max(0),
+            four_eyes
         ));
     }
     if items.is_empty() {
         items.push_str("<li class=\"none\">Nothing is waiting for you.</li>");
     }
+    let older = match &page.next {
+        Some((at, id)) => format!(
+            "<p><a id=\"older\" href=\"/approvals?before={}\">Older plans</a></p>",
+            esc(&pending_position(*at, id))
+        ),
+        None => String::new(),
+    };
     html(
         StatusCode::OK,
         "Pending approvals",
         Some(&who.csrf),
         &format!(
-            "<main id=\"pending-page\">{}<h1>Pending approvals</h1><ul id=\"pending\">{items}</ul>\
+            "<main id=\"pending-page\">{}<h1>Pending approvals</h1><ul id=\"pending\">{items}</ul>{older}\
              <p id=\"status\" role=\"status\"></p></main>",
             header_bar(who)
         ),
     )
+}
+
+/// The pending list's page position in a link: `<expiry millis>_<plan id>`.
+pub fn pending_position(at: Millis, plan_id: &str) -> String {
+    format!("{at}_{plan_id}")
+}
+
+/// A `before` position from a link, if it is one this page wrote.
+pub fn parse_pending_position(text: &str) -> Option<crate::records::PlanPosition> {
+    let (at, id) = text.split_once('_')?;
+    let at: Millis = at.parse().ok()?;
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    ok.then(|| (at, id.to_string()))
 }
 
 /// Where a plan stands, for the page (`data-state`).
@@ -225,10 +268,20 @@ pub fn plan(who: &SignedIn, page: &PlanPage, now: Millis) -> Response {
         ));
     }
     let four_eyes = if p.four_eyes {
-        "<p class=\"notice\" id=\"four-eyes\">Four eyes: this order is above the desk's notional limit. \
-         Another operator with approve on the desk must approve it.</p>"
+        let approved: Vec<String> = p
+            .approvals
+            .iter()
+            .map(|a| format!("{} at {}", a.approver, human_time(a.at)))
+            .collect();
+        format!(
+            "<p class=\"notice\" id=\"four-eyes\">Four eyes: this order is above the desk's notional limit. \
+             It needs two approvals: its requester's own and another operator's with approve on the desk.</p>\
+             <p id=\"four-eyes-state\">Approved by: <strong id=\"approved-by\">{}</strong>. Still needed: <strong id=\"still-needed\">{}</strong>.</p>",
+            esc(&if approved.is_empty() { "nobody yet".to_string() } else { approved.join(", ") }),
+            esc(&still_needed(p))
+        )
     } else {
-        ""
+        String::new()
     };
     let decision = match &p.approval {
         Some(a) => format!(

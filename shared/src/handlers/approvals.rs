@@ -184,14 +184,31 @@ async fn login_page(State(st): State<AppState>, Query(mut q): Query) -> Response
     pages::login(&next)
 }
 
-async fn pending_page(State(st): State<AppState>, headers: HeaderMap) -> Response {
+/// Plans on one page of the pending list.
+const PENDING_PAGE: u32 = 50;
+
+async fn pending_page(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(mut q): Query,
+) -> Response {
     let who = match signed_in(&st, &headers).await {
         Ok(Some(w)) => w,
         Ok(None) => return to_login("/approvals"),
         Err(e) => return pages::error_page(&e),
     };
-    match st.approvals.pending(&who).await {
-        Ok(plans) => pages::pending(&who, &plans, st.clock.now_ms()),
+    // A position this page did not write starts the list from the top.
+    let before = q
+        .text("before")
+        .ok()
+        .flatten()
+        .and_then(|b| pages::parse_pending_position(&b));
+    match st
+        .approvals
+        .pending(&who, before.as_ref(), PENDING_PAGE)
+        .await
+    {
+        Ok(page) => pages::pending(&who, &page, st.clock.now_ms()),
         Err(e) => pages::error_page(&e),
     }
 }

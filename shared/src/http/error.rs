@@ -14,6 +14,7 @@ pub fn status_of(code: Code) -> StatusCode {
         InvalidRequest | InvalidCursor => StatusCode::BAD_REQUEST,
         PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         NotFound | AccountNotFound | ActionNotFound | PlanNotFound => StatusCode::NOT_FOUND,
         MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         Unauthenticated | OperatorUnauthenticated => StatusCode::UNAUTHORIZED,
@@ -27,7 +28,7 @@ pub fn status_of(code: Code) -> StatusCode {
         }
         SignInRequired => StatusCode::UNAUTHORIZED,
         CsrfRejected | ApprovalRefused => StatusCode::FORBIDDEN,
-        EnrolmentNotFound | OperatorNotEnrolled => StatusCode::NOT_FOUND,
+        EnrolmentNotFound => StatusCode::NOT_FOUND,
         RateLimited => StatusCode::TOO_MANY_REQUESTS,
         UpstreamUnavailable | OrdersBacklogged => StatusCode::SERVICE_UNAVAILABLE,
         Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -93,7 +94,7 @@ impl IntoResponse for ApiError {
             );
         }
         let mut resp = (status, axum::Json(error_body(&self))).into_response();
-        if self.code == Code::PayloadTooLarge {
+        if matches!(self.code, Code::PayloadTooLarge | Code::RequestTimeout) {
             // The unread body makes the connection unusable: tell the client not to reuse it.
             resp.headers_mut()
                 .insert("connection", HeaderValue::from_static("close"));

@@ -877,19 +877,39 @@ fn approval_gate(origin: &str, plan: &PlanRecord, now: Millis) -> Option<ApiErro
             "url": url,
             "expires_at": rfc3339(plan.expires_at),
             "four_eyes": plan.four_eyes,
+            "approved_by": plan.approvals.iter().map(|a| a.approver.as_str()).collect::<Vec<_>>(),
         })));
         return Some(e);
     }
+    let not_matching = || {
+        Some(ApiError::new(
+            Code::PlanNotExecutable,
+            "The approval on this plan does not match its payload; ask for a new plan.",
+        ))
+    };
+    // An approval is bound to what was seen: the plan's payload hash, before expiry.
+    let bound = |a: &crate::records::Approval| {
+        a.decision == ApprovalDecision::Approved
+            && a.payload_hash == plan.payload_hash
+            && a.at < plan.expires_at
+    };
     match &plan.approval {
-        // An approval is bound to what was seen: the plan's payload hash, before expiry.
-        Some(a)
-            if a.decision == ApprovalDecision::Approved
-                && (a.payload_hash != plan.payload_hash || a.at >= plan.expires_at) =>
-        {
-            Some(ApiError::new(
-                Code::PlanNotExecutable,
-                "The approval on this plan does not match its payload; ask for a new plan.",
-            ))
+        Some(a) if a.decision == ApprovalDecision::Approved && !bound(a) => not_matching(),
+        // Four eyes: the requester's own approval and another operator's, both bound.
+        Some(a) if a.decision == ApprovalDecision::Approved && plan.four_eyes => {
+            let maker = plan
+                .approvals
+                .iter()
+                .any(|a| a.approver == plan.requested_by && bound(a));
+            let checker = plan
+                .approvals
+                .iter()
+                .any(|a| a.approver != plan.requested_by && bound(a));
+            if maker && checker {
+                None
+            } else {
+                not_matching()
+            }
         }
         _ => None,
     }

@@ -555,6 +555,7 @@ async fn plan(
         four_eyes,
         notional: pol.four_eyes_above_notional.and(eval.notional),
         approval: None,
+        approvals: Vec::new(),
     };
     let failed: Vec<&str> = eval
         .checks

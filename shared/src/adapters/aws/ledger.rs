@@ -241,7 +241,10 @@ impl ExecuteLedger for Aws {
             let up = Update::builder()
                 .table_name(&n_.plans)
                 .key("plan_id", s(plan_id.clone()))
-                .update_expression(format!("SET #st = :new, {attr} = :v REMOVE awaiting_desk"))
+                .update_expression(format!(
+                    "SET #st = :new, {attr} = :v REMOVE {}",
+                    super::plans::AWAITING_KEYS
+                ))
                 .condition_expression("#st = :planned")
                 .expression_attribute_names("#st", "status")
                 .expression_attribute_values(":new", s(status))

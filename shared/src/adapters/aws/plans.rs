@@ -8,7 +8,7 @@ use crate::auth::DeskScope;
 use crate::domain::Millis;
 use crate::error::{StoreError, StoreResult};
 use crate::ports::PlanStore;
-use crate::records::{Approval, AuditRecord, PlanRecord, PlanStatus};
+use crate::records::{ApprovalChange, AuditRecord, PlanPosition, PlanRecord, PlanStatus};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -30,8 +30,20 @@ pub(super) fn plan_from_item(item: &Item) -> StoreResult<PlanRecord> {
                 .map_err(|e| StoreError::Corrupt(format!("plan approval: {e}")))?,
         );
     }
+    if let Some(a) = opt_s(item, "approvals") {
+        p.approvals = serde_json::from_str(&a)
+            .map_err(|e| StoreError::Corrupt(format!("plan approvals: {e}")))?;
+    }
     Ok(p)
 }
+
+fn json_text<T: serde::Serialize>(v: &T) -> StoreResult<String> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(format!("encoding approval: {e}")))
+}
+
+/// The attributes that key the pending-approvals listings, removed once a plan is decided,
+/// executed or closed.
+pub(super) const AWAITING_KEYS: &str = "awaiting_desk, awaiting_requester";
 
 /// Plans stay readable for a week after they expire (for `plan_expired` answers and
 /// audit), then DynamoDB may delete them.
@@ -52,6 +64,9 @@ impl PlanStore for Aws {
         ]);
         if let Some(desk) = plan.awaiting_desk() {
             item.insert("awaiting_desk".to_string(), s(desk));
+        }
+        if let Some(requester) = plan.awaiting_requester() {
+            item.insert("awaiting_requester".to_string(), s(requester));
         }
         let put = Put::builder()
             .table_name(&self.names.plans)
@@ -79,33 +94,50 @@ impl PlanStore for Aws {
     async fn record_approval(
         &self,
         plan_id: &str,
-        approval: &Approval,
-        close: Option<&str>,
+        change: &ApprovalChange,
         audit: &AuditRecord,
         now: Millis,
     ) -> StoreResult<bool> {
-        let text = serde_json::to_string(approval)
-            .map_err(|e| StoreError::Corrupt(format!("encoding approval: {e}")))?;
+        let mut set = vec!["approvals = :list", "approvals_n = :n"];
         let mut up = Update::builder()
             .table_name(&self.names.plans)
             .key("plan_id", s(plan_id))
-            .condition_expression(
-                "#st = :planned AND attribute_not_exists(approval) AND expires_at > :now",
-            )
             .expression_attribute_names("#st", "status")
             .expression_attribute_values(":planned", s("planned"))
             .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":a", s(text));
-        up = match close {
-            None => up.update_expression("SET approval = :a REMOVE awaiting_desk"),
-            Some(reason) => up
-                .update_expression(
-                    "SET approval = :a, #st = :closed, closed_reason = :r REMOVE awaiting_desk",
-                )
-                .expression_attribute_values(":closed", s("closed"))
-                .expression_attribute_values(":r", s(reason)),
+            .expression_attribute_values(":list", s(json_text(&change.approvals)?))
+            .expression_attribute_values(":n", n(change.approvals.len() as i64));
+        // The approvals count read: absent means none.
+        let seen = if change.seen == 0 {
+            "attribute_not_exists(approvals_n)".to_string()
+        } else {
+            up = up.expression_attribute_values(":seen", n(change.seen as i64));
+            "approvals_n = :seen".to_string()
         };
-        let up = up.build().map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        up = up.condition_expression(format!(
+            "#st = :planned AND attribute_not_exists(approval) AND expires_at > :now AND {seen}"
+        ));
+        let mut remove = "";
+        if let Some(d) = &change.decision {
+            set.push("approval = :a");
+            up = up.expression_attribute_values(":a", s(json_text(d)?));
+            remove = AWAITING_KEYS;
+        }
+        if let Some(reason) = &change.close {
+            set.push("#st = :closed");
+            set.push("closed_reason = :r");
+            up = up
+                .expression_attribute_values(":closed", s("closed"))
+                .expression_attribute_values(":r", s(reason.clone()));
+        }
+        let mut expr = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            expr.push_str(&format!(" REMOVE {remove}"));
+        }
+        let up = up
+            .update_expression(expr)
+            .build()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         self.transact_if(
             &[
                 TransactWriteItem::builder().update(up).build(),
@@ -116,31 +148,90 @@ impl PlanStore for Aws {
         .await
     }
 
-    async fn list_awaiting(
+    async fn list_awaiting_by_requester(
+        &self,
+        requester: &str,
+        now: Millis,
+        before: Option<&PlanPosition>,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>> {
+        self.awaiting(
+            ("awaiting_requester", "awaiting_requester", requester),
+            now,
+            before,
+            limit,
+        )
+        .await
+    }
+
+    async fn list_awaiting_four_eyes(
         &self,
         desks: &DeskScope,
         now: Millis,
+        before: Option<&PlanPosition>,
         limit: u32,
     ) -> StoreResult<Vec<PlanRecord>> {
         let mut out = Vec::new();
         for desk in self.desks(desks).await? {
-            let o = self
+            out.extend(
+                self.awaiting(("awaiting", "awaiting_desk", &desk), now, before, limit)
+                    .await?,
+            );
+        }
+        out.sort_by(|a, b| (b.expires_at, &b.plan_id).cmp(&(a.expires_at, &a.plan_id)));
+        out.truncate(limit as usize);
+        Ok(out)
+    }
+}
+
+impl Aws {
+    /// Unexpired plans of one partition of a pending-approvals index, newest (latest
+    /// expiry) first, strictly after `before`, at most `limit`, every page read as needed.
+    async fn awaiting(
+        &self,
+        (index, attribute, key): (&str, &str, &str),
+        now: Millis,
+        before: Option<&PlanPosition>,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let mut q = self
                 .ddb
                 .query()
                 .table_name(&self.names.plans)
-                .index_name("awaiting")
-                .key_condition_expression("awaiting_desk = :d AND expires_at > :now")
-                .expression_attribute_values(":d", s(desk.clone()))
+                .index_name(index)
+                .scan_index_forward(false)
+                .expression_attribute_names("#k", attribute)
+                .expression_attribute_values(":k", s(key))
                 .expression_attribute_values(":now", n(now))
-                .limit(limit as i32)
+                .set_exclusive_start_key(start);
+            q = match before {
+                Some((at, _)) => q
+                    .key_condition_expression("#k = :k AND expires_at BETWEEN :now AND :before")
+                    .expression_attribute_values(":before", n(*at)),
+                None => q.key_condition_expression("#k = :k AND expires_at > :now"),
+            };
+            let o = q
                 .send()
                 .await
                 .map_err(|e| unavailable("Query plans awaiting", &e))?;
             for item in o.items.unwrap_or_default() {
-                out.push(plan_from_item(&item)?);
+                let p = plan_from_item(&item)?;
+                let after = match before {
+                    Some((at, id)) => (p.expires_at, &p.plan_id) < (*at, id),
+                    None => true,
+                };
+                if after && p.expires_at > now {
+                    out.push(p);
+                }
+            }
+            match o.last_evaluated_key {
+                Some(k) if !k.is_empty() && out.len() < limit as usize => start = Some(k),
+                _ => break,
             }
         }
-        out.sort_by(|a, b| (a.expires_at, &a.plan_id).cmp(&(b.expires_at, &b.plan_id)));
         out.truncate(limit as usize);
         Ok(out)
     }

@@ -111,20 +111,29 @@ pub const JOBS: Table = Table {
     ttl: None,
 };
 
-/// `awaiting_desk` (the plan's desk) is present only while an `operator`-mode plan waits
-/// for its approval: a sparse index for the pending-approvals listing.
+/// `awaiting_requester` (who asked) is present only while an `operator`-mode plan waits for
+/// its approval, and `awaiting_desk` (the plan's desk) only while a four-eyes plan does: two
+/// sparse indexes for the pending-approvals listing.
 pub const PLANS: Table = Table {
     logical_id: "PlansTable",
     env: "AIRLOCK_PLANS_TABLE",
     default_name: "airlock-plans",
     partition: "plan_id",
     sort: None,
-    indexes: &[Index {
-        name: "awaiting",
-        partition: "awaiting_desk",
-        sort: "expires_at",
-        sort_is_number: true,
-    }],
+    indexes: &[
+        Index {
+            name: "awaiting",
+            partition: "awaiting_desk",
+            sort: "expires_at",
+            sort_is_number: true,
+        },
+        Index {
+            name: "awaiting_requester",
+            partition: "awaiting_requester",
+            sort: "expires_at",
+            sort_is_number: true,
+        },
+    ],
     ttl: Some("ttl"),
 };
 

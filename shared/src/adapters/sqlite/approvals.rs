@@ -54,6 +54,14 @@ impl ApprovalStore for Sqlite {
                 return Ok(false);
             }
             let body = serde_json::to_string(&doc.body).map_err(json_err)?;
+            // Expired documents (finished ceremonies, ended sessions, unused links) are
+            // deleted a few at a time by the writes that add documents.
+            tx.run(
+                "DELETE FROM approval_docs WHERE rowid IN (SELECT rowid FROM approval_docs \
+                 WHERE expires_at <= ? ORDER BY expires_at LIMIT 16)",
+                params![now],
+            )
+            .map_err(db_err)?;
             tx.run(
                 "INSERT INTO approval_docs (kind, id, version, expires_at, body) \
                  VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, id) DO UPDATE SET \
@@ -111,5 +119,53 @@ impl ApprovalStore for Sqlite {
             Ok(out)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn expired_documents_are_deleted_by_later_writes() {
+        let dir = std::env::temp_dir().join(format!(
+            "airlock-approval-docs-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+        ));
+        let db = Sqlite::open(&dir).unwrap();
+        let doc = |exp: Millis| Doc {
+            body: json!({}),
+            version: 1,
+            expires_at: Some(exp),
+        };
+        for i in 0..40 {
+            let id = format!("c{i}");
+            assert!(db
+                .put_doc(DocKind::Challenge, &id, &doc(1_000), 0, 500)
+                .await
+                .unwrap());
+        }
+        let count = |db: Sqlite| async move {
+            db.read(|c| {
+                c.query_row("SELECT COUNT(*) FROM approval_docs", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map_err(db_err)
+            })
+            .await
+            .unwrap()
+        };
+        assert_eq!(count(db.clone()).await, 40);
+        // Later, three writes: each deletes up to 16 expired documents.
+        for i in 0..3 {
+            let id = format!("s{i}");
+            db.put_doc(DocKind::Session, &id, &doc(10_000), 0, 2_000)
+                .await
+                .unwrap();
+        }
+        assert_eq!(count(db.clone()).await, 3, "only the live ones are left");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -11,7 +11,7 @@ use crate::auth::DeskScope;
 use crate::domain::Millis;
 use crate::error::StoreResult;
 use crate::ports::PlanStore;
-use crate::records::{Approval, AuditRecord, PlanRecord, PlanStatus};
+use crate::records::{ApprovalChange, AuditRecord, PlanPosition, PlanRecord, PlanStatus};
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
@@ -21,13 +21,14 @@ impl PlanStore for Sqlite {
     async fn put_plan(&self, plan: &PlanRecord, audit: &AuditRecord) -> StoreResult<()> {
         let (id, status, exp) = (plan.plan_id.clone(), "planned".to_string(), plan.expires_at);
         let awaiting = plan.awaiting_desk().map(String::from);
+        let requester = plan.awaiting_requester().map(String::from);
         let (plan, audit) = (Compact::new(plan)?, AuditRow::new(audit)?);
         self.write(move |tx| {
             plan.store(tx)?;
             tx.run(
-                "INSERT INTO plans (plan_id, status, expires_at, body, awaiting_desk) \
-                 VALUES (?, ?, ?, ?, ?)",
-                params![id, status, exp, plan.body, awaiting],
+                "INSERT INTO plans (plan_id, status, expires_at, body, awaiting_desk, \
+                 awaiting_requester) VALUES (?, ?, ?, ?, ?, ?)",
+                params![id, status, exp, plan.body, awaiting, requester],
             )
             .map_err(db_err)?;
             audit.insert(tx)
@@ -43,13 +44,11 @@ impl PlanStore for Sqlite {
     async fn record_approval(
         &self,
         plan_id: &str,
-        approval: &Approval,
-        close: Option<&str>,
+        change: &ApprovalChange,
         audit: &AuditRecord,
         now: Millis,
     ) -> StoreResult<bool> {
-        let (id, approval, audit) = (plan_id.to_string(), approval.clone(), audit.clone());
-        let close = close.map(String::from);
+        let (id, change, audit) = (plan_id.to_string(), change.clone(), audit.clone());
         self.write(move |tx| {
             let Some(mut plan) = load_plan(tx, &id)? else {
                 return Ok(false);
@@ -57,14 +56,16 @@ impl PlanStore for Sqlite {
             if plan.status != PlanStatus::Planned
                 || plan.approval.is_some()
                 || now >= plan.expires_at
+                || plan.approvals.len() != change.seen
             {
                 return Ok(false);
             }
-            if let Some(reason) = close {
+            if let Some(reason) = change.close {
                 plan.status = PlanStatus::Closed;
                 plan.closed_reason = Some(reason);
             }
-            plan.approval = Some(approval);
+            plan.approvals = change.approvals;
+            plan.approval = change.decision;
             let status = if plan.status == PlanStatus::Closed {
                 "closed"
             } else {
@@ -72,8 +73,15 @@ impl PlanStore for Sqlite {
             };
             let text = compact_body(tx, &plan)?;
             tx.run(
-                "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
-                params![status, text, id],
+                "UPDATE plans SET status = ?, body = ?, awaiting_desk = ?, \
+                 awaiting_requester = ? WHERE plan_id = ?",
+                params![
+                    status,
+                    text,
+                    plan.awaiting_desk(),
+                    plan.awaiting_requester(),
+                    id
+                ],
             )
             .map_err(db_err)?;
             append_audit(tx, &audit)?;
@@ -82,22 +90,57 @@ impl PlanStore for Sqlite {
         .await
     }
 
-    async fn list_awaiting(
+    async fn list_awaiting_by_requester(
+        &self,
+        requester: &str,
+        now: Millis,
+        before: Option<&PlanPosition>,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>> {
+        let args = vec![Value::Text(requester.to_string())];
+        self.awaiting("awaiting_requester = ?", args, now, before, limit)
+            .await
+    }
+
+    async fn list_awaiting_four_eyes(
         &self,
         desks: &DeskScope,
         now: Millis,
+        before: Option<&PlanPosition>,
         limit: u32,
     ) -> StoreResult<Vec<PlanRecord>> {
-        let desks = desks.clone();
+        let mut args = Vec::new();
+        let clause = format!(
+            "awaiting_desk IS NOT NULL AND {}",
+            desk_clause(desks, "awaiting_desk", &mut args)
+        );
+        self.awaiting(&clause, args, now, before, limit).await
+    }
+}
+
+impl Sqlite {
+    /// Awaiting plans matching `clause`, unexpired, newest (latest expiry) first.
+    async fn awaiting(
+        &self,
+        clause: &str,
+        mut args: Vec<Value>,
+        now: Millis,
+        before: Option<&PlanPosition>,
+        limit: u32,
+    ) -> StoreResult<Vec<PlanRecord>> {
+        args.push(Value::Integer(now));
+        let mut sql = format!("SELECT body FROM plans WHERE {clause} AND expires_at > ?");
+        if let Some((at, id)) = before {
+            sql.push_str(" AND (expires_at < ? OR (expires_at = ? AND plan_id < ?))");
+            args.extend([
+                Value::Integer(*at),
+                Value::Integer(*at),
+                Value::Text(id.clone()),
+            ]);
+        }
+        sql.push_str(" ORDER BY expires_at DESC, plan_id DESC");
+        sql.push_str(&super::rows::limit(limit));
         self.read(move |c| {
-            let mut args: Vec<Value> = Vec::new();
-            let clause = desk_clause(&desks, "awaiting_desk", &mut args);
-            args.push(Value::Integer(now));
-            let sql = format!(
-                "SELECT body FROM plans WHERE awaiting_desk IS NOT NULL AND {clause} \
-                 AND expires_at > ? ORDER BY expires_at, plan_id{}",
-                super::rows::limit(limit)
-            );
             let mut st = c.prepare_cached(&sql).map_err(db_err)?;
             let rows = st
                 .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, Body>(0))
@@ -140,7 +183,8 @@ pub(super) fn set_plan_fields(
     let body = packed_json(&top)?;
     let changed = tx
         .run(
-            "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL WHERE plan_id = ?",
+            "UPDATE plans SET status = ?, body = ?, awaiting_desk = NULL, \
+             awaiting_requester = NULL WHERE plan_id = ?",
             params![status, body, plan_id],
         )
         .map_err(db_err)?;

@@ -204,6 +204,16 @@ const MIGRATIONS: &[&str] = &[
         WHERE order_id = NEW.order_id;
     END;
     "#,
+    // 9: the pending-approvals listing is two queries: an operator's own plans awaiting
+    // approval (`awaiting_requester`), and the four-eyes plans of their desks
+    // (`awaiting_desk`, now set for four-eyes plans only), each newest first.
+    r#"
+    ALTER TABLE plans ADD COLUMN awaiting_requester TEXT;
+    CREATE INDEX plans_awaiting_requester ON plans(awaiting_requester, expires_at)
+        WHERE awaiting_requester IS NOT NULL;
+    CREATE INDEX approval_docs_expiry ON approval_docs(expires_at)
+        WHERE expires_at IS NOT NULL;
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
