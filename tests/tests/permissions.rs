@@ -66,6 +66,10 @@ const PREFIX: &str = "perm-";
 const RATE_PER_MINUTE: &str = "4";
 const ISSUER: &str = "https://idp.test/";
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// The mcp function's invocations: a held `execute_plan` keeps four operation timeouts of
+/// its invocation for after the hold (the emulator's, 60 s each), so its deadline is
+/// further off than a quick call's.
+const MCP_TIMEOUT: Duration = Duration::from_secs(300);
 /// The scopes of Mastra's client credentials; an admin's client also has `trade.admin`
 /// (the enrolment API needs it).
 const SERVICE_SCOPE: &str = "trade.read trade.plan trade.execute";
@@ -445,12 +449,17 @@ impl<'w> Lambdas<'w> {
     }
 
     fn invoke(&mut self, binary: &str, event: Value) -> Value {
+        self.invoke_for(binary, event, TIMEOUT)
+    }
+
+    /// [`Self::invoke`] with its deadline `timeout` away.
+    fn invoke_for(&mut self, binary: &str, event: Value, timeout: Duration) -> Value {
         if !self.running.contains_key(binary) {
             self.start(binary, 0);
         }
         let r = self.running.get_mut(binary).expect("running");
         r.process
-            .invoke(event, TIMEOUT)
+            .invoke(event, timeout)
             .unwrap_or_else(|e| panic!("invoke {binary}: {e}"))
     }
 
@@ -568,7 +577,7 @@ impl<'w> Lambdas<'w> {
         let req = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let text = req.to_string();
         let ev = apigw_rest_event("POST", &format!("{BASE}/mcp"), &[], &hs, Some(&text));
-        let resp = self.invoke("mcp", ev);
+        let resp = self.invoke_for("mcp", ev, MCP_TIMEOUT);
         let (status, body) = response_parts(&resp);
         assert_eq!(status, 200, "MCP {req}: {body}");
         assert_eq!(body["id"], id, "MCP {req}: {body}");
