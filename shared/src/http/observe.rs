@@ -2,7 +2,9 @@
 //!
 //! Every response carries `x-request-id` (always minted here, never taken from the
 //! client). One span per request carries the id; the closing line logs method, path,
-//! status, latency and the operator and service principal, never a token.
+//! status, latency and the operator and service principal, never a token. A path that
+//! carries a secret (an enrolment link's) is logged with the secret replaced
+//! ([`logged_path`]); the metric's labels are closed sets ([`method_label`]).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -55,17 +57,60 @@ fn gateway_ids(req: &Request) -> (Option<String>, Option<String>) {
     (apigw, lambda)
 }
 
+/// The route parameter that holds a secret: a route naming it is logged as its template.
+pub const SECRET_PARAM: &str = "{secret}";
+
+/// Where a secret follows in a path no route matched (a mistyped enrolment link).
+const SECRET_PREFIXES: &[&str] = &["/approvals/enroll/"];
+
+/// The path as the request log shows it: the raw path (ids help the reader), except that a
+/// secret in it is never written. A route whose template names [`SECRET_PARAM`] is logged
+/// as its template (`/approvals/enroll/{secret}/start`); a path no route matched is cut
+/// after any prefix a secret follows (`/approvals/enroll/{redacted}`).
+pub fn logged_path(route: Option<&str>, path: &str) -> String {
+    match route {
+        Some(template) if template.contains(SECRET_PARAM) => template.to_string(),
+        Some(_) => path.to_string(),
+        None => SECRET_PREFIXES
+            .iter()
+            .find_map(|p| path.find(p).map(|at| at + p.len()))
+            .map_or_else(
+                || path.to_string(),
+                |end| format!("{}{{redacted}}", &path[..end]),
+            ),
+    }
+}
+
+/// The method as a metric label: the methods of RFC 9110 by name, any other `other`, so
+/// made-up methods cannot add series.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
+}
+
 pub async fn observe(mut req: Request, next: Next) -> Response {
     let request_id = new_request_id();
     let start = Instant::now();
     let method = req.method().to_string();
-    let path = req.uri().path().to_string();
+    let method_label = method_label(req.method());
     // The route as registered (`/actions/{action_id}`), never the raw path: metric labels
     // carry no ids. A path no route matched is `unmatched`.
-    let route = req
+    let matched = req
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched".to_string(), |m| m.as_str().to_string());
+        .map(|m| m.as_str().to_string());
+    let path = logged_path(matched.as_deref(), req.uri().path());
+    let route = matched.unwrap_or_else(|| "unmatched".to_string());
     let slot = Arc::new(CallerSlot::default());
     req.extensions_mut().insert(slot.clone());
     let (apigw, lambda) = gateway_ids(&req);
@@ -105,7 +150,7 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
     metrics::histogram!(
         crate::metrics::HTTP_DURATION,
         "route" => route,
-        "method" => method.clone(),
+        "method" => method_label,
         "status" => resp.status().as_u16().to_string()
     )
     .record(elapsed.as_secs_f64());
@@ -123,4 +168,42 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         "request"
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_in_a_path_is_never_logged() {
+        let t = "/approvals/enroll/{secret}/start";
+        assert_eq!(logged_path(Some(t), "/approvals/enroll/s3cr3t/start"), t);
+        assert_eq!(
+            logged_path(Some("/approvals/plans/{plan_id}"), "/approvals/plans/pln_1"),
+            "/approvals/plans/pln_1"
+        );
+        assert_eq!(
+            logged_path(None, "/approvals/enroll/s3cr3t/start/"),
+            "/approvals/enroll/{redacted}"
+        );
+        assert_eq!(
+            logged_path(None, "/prod/approvals/enroll/s3cr3t"),
+            "/prod/approvals/enroll/{redacted}"
+        );
+        assert_eq!(logged_path(None, "/no/such/path"), "/no/such/path");
+    }
+
+    #[test]
+    fn made_up_methods_share_one_label() {
+        use axum::http::Method;
+        for m in ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+            assert_eq!(method_label(&Method::from_bytes(m.as_bytes()).unwrap()), m);
+        }
+        for m in ["FOO", "get", "PROPFIND", "X-1"] {
+            assert_eq!(
+                method_label(&Method::from_bytes(m.as_bytes()).unwrap()),
+                "other"
+            );
+        }
+    }
 }
