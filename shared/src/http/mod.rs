@@ -67,6 +67,8 @@ async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) 
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return resp;
     }
+    // What the route takes stays said (RFC 9110: a 405 names the allowed methods).
+    let allow = resp.headers().get(axum::http::header::ALLOW).cloned();
     let text = axum::body::to_bytes(resp.into_body(), 4096)
         .await
         .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -82,5 +84,9 @@ async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) 
     };
     let mut e = ApiError::new(code, message);
     e.cause = Some(format!("{status}: {text}"));
-    e.into_response()
+    let mut resp = e.into_response();
+    if let Some(allow) = allow {
+        resp.headers_mut().insert(axum::http::header::ALLOW, allow);
+    }
+    resp
 }
