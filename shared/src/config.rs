@@ -95,6 +95,14 @@ pub struct Config {
     /// `AIRLOCK_APPROVAL_SESSION_SECONDS`: how long a passkey sign-in on the approval page
     /// lasts (60 to 3600, default 900).
     pub approval_session_s: u32,
+    /// `AIRLOCK_HEADER_READ_TIMEOUT_MS`: how long `airlock serve` waits for a request's
+    /// line and headers, from the first poll of an idle connection (default 10,000); a
+    /// client that has not sent them by then is disconnected.
+    pub header_read_timeout_ms: u64,
+    /// `AIRLOCK_BODY_READ_TIMEOUT_MS`: how long `airlock serve` waits for a request's
+    /// whole body once its headers are in (default 20,000); later, 408 `request_timeout`
+    /// and the connection is closed.
+    pub body_read_timeout_ms: u64,
 }
 
 pub const DEFAULT_SERVICE_ISSUER: &str = "airlock-local-dev";
@@ -120,6 +128,10 @@ pub const DEFAULT_ORDERS_BACKLOG_LIMIT: u32 = 16;
 /// it: the workers pace a burst instead of the callers' retries, and only workers that
 /// make no room for this long (stalled, or a broker outage) cause refusals.
 pub const DEFAULT_ORDERS_BACKLOG_WAIT_MS: u64 = 2_000;
+/// How long `airlock serve` waits for a request's line and headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// How long `airlock serve` waits for a request's body after its headers.
+pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 20_000;
 
 impl Config {
     /// The approval page's origin: configured, else `http://localhost:3000`.
@@ -170,6 +182,8 @@ impl Default for Config {
             approval_origin: None,
             approval_rp_id: None,
             approval_session_s: 900,
+            header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
+            body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
         }
     }
 }
@@ -516,6 +530,18 @@ impl Config {
             approval_origin: var("AIRLOCK_APPROVAL_ORIGIN").map(|v| v.trim().to_string()),
             approval_rp_id: var("AIRLOCK_APPROVAL_RP_ID").map(|v| v.trim().to_string()),
             approval_session_s: number("AIRLOCK_APPROVAL_SESSION_SECONDS", 900, 60, 3_600)?,
+            header_read_timeout_ms: number(
+                "AIRLOCK_HEADER_READ_TIMEOUT_MS",
+                DEFAULT_HEADER_READ_TIMEOUT_MS,
+                100,
+                120_000,
+            )?,
+            body_read_timeout_ms: number(
+                "AIRLOCK_BODY_READ_TIMEOUT_MS",
+                DEFAULT_BODY_READ_TIMEOUT_MS,
+                100,
+                120_000,
+            )?,
         };
         c.check()?;
         Ok(c)

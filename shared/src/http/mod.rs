@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod observe;
 pub mod openapi;
+pub mod serve;
 
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -55,8 +56,18 @@ async fn flush_metrics(req: axum::extract::Request, next: axum::middleware::Next
 /// body (a rejection of an axum extractor or of a layer, which answer in plain text)
 /// becomes one, with the stable code of its status. Our own extractors already answer in
 /// JSON; this keeps a future `Path`, `Query` or layer from leaking text to the agent.
+/// A body that missed its deadline (`airlock serve`, [`serve`]) is 408 `request_timeout`,
+/// whatever the handler made of the failed read.
 async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let deadline = req.extensions().get::<serve::BodyDeadline>().cloned();
     let resp = next.run(req).await;
+    if deadline.is_some_and(|d| d.missed()) {
+        return ApiError::new(
+            Code::RequestTimeout,
+            "The request body did not arrive in time; send the request again.",
+        )
+        .into_response();
+    }
     let status = resp.status();
     let is_json = resp
         .headers()
