@@ -69,12 +69,17 @@ pub fn api_doc(local: bool) -> Api {
                 "The MCP endpoint (Streamable HTTP)",
                 "Every Airlock tool through one Model Context Protocol endpoint: JSON-RPC 2.0 messages, stateless, JSON responses (send `Accept: application/json, text/event-stream`). Its messages are MCP's (https://modelcontextprotocol.io); the tools and their schemas are listed by `tools/list`. JSON-RPC errors and tool errors answer 200.",
             )
+            .required_header(
+                "Accept",
+                |_| schemars::json_schema!({"type": "string", "enum": ["application/json, text/event-stream"]}),
+                "MCP's Streamable HTTP: the client takes JSON and event streams (this endpoint answers JSON). An `Accept` without both is 400 `invalid_request`.",
+            )
             .body(
                 |_| schemars::json_schema!({
                     "type": "object",
                     "description": "A JSON-RPC 2.0 request or notification of MCP.",
                     "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]},
-                                   "method": {"type": "string"}, "params": {"type": "object"}},
+                                   "method": {"type": "string"}, "params": {"type": ["object", "null"]}},
                     "required": ["jsonrpc", "method"]
                 }),
                 vec![("tools/list", json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))],
@@ -85,7 +90,7 @@ pub fn api_doc(local: bool) -> Api {
                                "result": {"type": "object"}, "error": {"type": "object"}},
                 "required": ["jsonrpc"]
             }))
-            .answers(202, "A notification, accepted.", |_| schemars::json_schema!({}))
+            .answers_empty(202, "A notification, accepted (no body).")
             // A tool the caller may not use is left out of `tools/list` and refused as a
             // JSON-RPC error; the endpoint itself answers everyone with both tokens.
             .never(&[Code::InsufficientScope]),

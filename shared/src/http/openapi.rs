@@ -60,7 +60,8 @@ struct Param {
 struct Answer {
     status: u16,
     description: &'static str,
-    schema: SchemaFn,
+    /// `None`: the answer has no body.
+    schema: Option<SchemaFn>,
     example: Option<Value>,
     links: Option<Value>,
 }
@@ -91,11 +92,12 @@ const AUTHED_ERRORS: &[Code] = &[
     Code::UpstreamUnavailable,
 ];
 
-/// Errors of reading a JSON body.
+/// Errors of reading a JSON body (`request_timeout`: `airlock serve`'s body deadline).
 const BODY_ERRORS: &[Code] = &[
     Code::InvalidRequest,
     Code::PayloadTooLarge,
     Code::UnsupportedMediaType,
+    Code::RequestTimeout,
 ];
 
 impl Op {
@@ -215,6 +217,23 @@ impl Op {
         self
     }
 
+    /// A header the operation needs (absent or another value: 400 `invalid_request`).
+    pub fn required_header(
+        mut self,
+        name: &'static str,
+        schema: SchemaFn,
+        description: &'static str,
+    ) -> Op {
+        self.params.push(Param {
+            name,
+            place: "header",
+            required: true,
+            schema,
+            description,
+        });
+        self
+    }
+
     /// A JSON body of type `schema`, with named examples.
     pub fn body(mut self, schema: SchemaFn, examples: Vec<(&'static str, Value)>) -> Op {
         self.body = Some((schema, examples));
@@ -226,7 +245,19 @@ impl Op {
         self.answers.push(Answer {
             status,
             description,
-            schema,
+            schema: Some(schema),
+            example: None,
+            links: None,
+        });
+        self
+    }
+
+    /// A successful answer without a body.
+    pub fn answers_empty(mut self, status: u16, description: &'static str) -> Op {
+        self.answers.push(Answer {
+            status,
+            description,
+            schema: None,
             example: None,
             links: None,
         });
@@ -301,18 +332,20 @@ impl Op {
         }
         let mut responses = Map::new();
         for a in &self.answers {
-            let mut media = Map::new();
-            media.insert("schema".into(), (a.schema)(&mut g.output).to_value());
-            if let Some(e) = &a.example {
-                media.insert("example".into(), e.clone());
-            }
             let mut r = Map::new();
             r.insert("description".into(), json!(a.description));
             r.insert(
                 "headers".into(),
                 json!({"x-request-id": {"$ref": "#/components/headers/RequestId"}}),
             );
-            r.insert("content".into(), json!({"application/json": media}));
+            if let Some(schema) = a.schema {
+                let mut media = Map::new();
+                media.insert("schema".into(), schema(&mut g.output).to_value());
+                if let Some(e) = &a.example {
+                    media.insert("example".into(), e.clone());
+                }
+                r.insert("content".into(), json!({"application/json": media}));
+            }
             if let Some(l) = &a.links {
                 r.insert("links".into(), l.clone());
             }
