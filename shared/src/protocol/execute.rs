@@ -872,13 +872,14 @@ fn approval_gate(origin: &str, plan: &PlanRecord, now: Millis) -> Option<ApiErro
                 human_time(plan.expires_at)
             ),
         );
-        e.approval = Some(Box::new(serde_json::json!({
-            "required": true,
-            "url": url,
-            "expires_at": rfc3339(plan.expires_at),
-            "four_eyes": plan.four_eyes,
-            "approved_by": plan.approvals.iter().map(|a| a.approver.as_str()).collect::<Vec<_>>(),
-        })));
+        let info = super::plan::ApprovalInfo {
+            required: true,
+            url,
+            expires_at: rfc3339(plan.expires_at),
+            four_eyes: plan.four_eyes,
+            approved_by: plan.approvals.iter().map(|a| a.approver.clone()).collect(),
+        };
+        e.approval = serde_json::to_value(&info).ok().map(Box::new);
         return Some(e);
     }
     let not_matching = || {

@@ -139,9 +139,13 @@ pub struct ApprovalInfo {
     pub required: bool,
     pub url: String,
     pub expires_at: String,
-    /// A second operator with `approve` on the desk must approve (the policy's
-    /// `four_eyes_above_notional`).
+    /// Two approvals are needed: the requester's own and a second operator's with
+    /// `approve` on the desk (the policy's `four_eyes_above_notional`).
     pub four_eyes: bool,
+    /// Who has approved so far (in 409 `approval_required`: a four-eyes plan waiting for
+    /// its second approval names the first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_by: Vec<String>,
 }
 
 /// The approval page of a plan.
@@ -598,6 +602,7 @@ async fn plan(
         url: approval_url(&state.approval_origin, &plan_id),
         expires_at: rfc3339(expires_at),
         four_eyes,
+        approved_by: Vec::new(),
     });
     Ok(PlanResponse {
         approval,
