@@ -11,8 +11,9 @@
 //! - [`Fault::Status500`]: answer 500 `InternalServerError` without forwarding;
 //! - [`Fault::Throttle`]: answer the service's throttling error without forwarding
 //!   (DynamoDB `ProvisionedThroughputExceededException`, others `ThrottlingException`);
-//! - [`Fault::TransactionConflict`]: answer `TransactionCanceledException` whose reason is
-//!   `TransactionConflict` without forwarding (another transaction held an item);
+//! - [`Fault::TransactionConflict`]: answer `TransactionCanceledException` without
+//!   forwarding, with one reason per item of the request as DynamoDB gives them: the first
+//!   `TransactionConflict` (another transaction held it), the others `None`;
 //! - [`Fault::WriteConflict`]: answer a single-item write with
 //!   `TransactionConflictException` without forwarding (a transaction held its item);
 //! - [`Fault::UnprocessedKeys`]: answer a `BatchGetItem` with every key unprocessed;
@@ -300,6 +301,40 @@ fn json_reply(status: u16, reason: &str, body: &serde_json::Value) -> Vec<u8> {
     .into_bytes()
 }
 
+/// DynamoDB's cancellation of a transaction another one overlapped: one reason per item of
+/// the request, in order, the first `TransactionConflict` and the others `None`.
+fn conflict_reply(req: &Request) -> Vec<u8> {
+    let asked: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
+    let items = asked["TransactItems"].as_array().map_or(1, Vec::len).max(1);
+    let reasons: Vec<serde_json::Value> = (0..items)
+        .map(|i| match i {
+            0 => serde_json::json!({
+                "Code": "TransactionConflict",
+                "Message": "Transaction is ongoing for the item"
+            }),
+            _ => serde_json::json!({ "Code": "None" }),
+        })
+        .collect();
+    let codes: Vec<&str> = (0..items)
+        .map(|i| {
+            if i == 0 {
+                "TransactionConflict"
+            } else {
+                "None"
+            }
+        })
+        .collect();
+    error_reply(
+        400,
+        "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+        &format!(
+            "Transaction cancelled, please refer cancellation reasons for specific reasons [{}]",
+            codes.join(", ")
+        ),
+        serde_json::json!({ "CancellationReasons": reasons }),
+    )
+}
+
 fn error_reply(status: u16, kind: &str, message: &str, extra: serde_json::Value) -> Vec<u8> {
     let mut body = serde_json::json!({ "__type": kind, "message": message, "Message": message });
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
@@ -409,16 +444,14 @@ fn serve(conn: TcpStream, upstream: &str, state: &Mutex<State>) {
                 } else {
                     "ThrottlingException"
                 };
-                Some(error_reply(400, kind, "fault proxy: throttled", serde_json::json!({})))
+                Some(error_reply(
+                    400,
+                    kind,
+                    "fault proxy: throttled",
+                    serde_json::json!({}),
+                ))
             }
-            Some(Fault::TransactionConflict) => Some(error_reply(
-                400,
-                "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-                "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict]",
-                serde_json::json!({ "CancellationReasons": [
-                    { "Code": "TransactionConflict", "Message": "Transaction is ongoing for the item" }
-                ] }),
-            )),
+            Some(Fault::TransactionConflict) => Some(conflict_reply(&req)),
             Some(Fault::WriteConflict) => Some(error_reply(
                 400,
                 "com.amazonaws.dynamodb.v20120810#TransactionConflictException",

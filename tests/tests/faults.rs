@@ -520,3 +520,91 @@ async fn a_bootstrap_whose_create_table_reply_was_lost_carries_on() {
     let again = stack.cli(&[], &["bootstrap"]);
     assert!(!again.contains("created"), "{again}");
 }
+
+/// The worker's creation of an order (one transaction: the order and its exposure step)
+/// cancelled by `TransactionConflict` on every try, as DynamoDB does while another
+/// transaction holds one of its items (a hot exposure item): each delivery sends it again
+/// with jittered backoff for its budget (more than three tries), then fails retryable
+/// ("transaction conflicts"), never as a vanished order; once the conflicts stop, the next
+/// delivery fills it once. Then four conflicts in a row are absorbed inside one delivery.
+#[tokio::test]
+async fn an_order_creation_that_keeps_conflicting_backs_off_and_is_retried() {
+    let (s, proxy) = start(&[
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+        ("AIRLOCK_WORKER_VISIBILITY_MS", "1000"),
+    ]);
+    let t = s.trader();
+    let before = t.position("ACC-1", "CLF27").await;
+    let create = "attribute_not_exists(order_id)";
+    let failed = |s: &Server| {
+        s.log_lines()
+            .into_iter()
+            .filter(|l| l["fields"]["message"] == "message failed")
+            .map(|l| {
+                l["fields"]["cause"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    proxy.on_matching(
+        "TransactWriteItems",
+        Some(create),
+        Fault::TransactionConflict,
+        None,
+    );
+    let p = executable_plan(&t).await;
+    let r = t.execute(&p, "hot-1").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while failed(&s).is_empty() {
+        assert!(Instant::now() < deadline, "no delivery failed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let causes = failed(&s);
+    assert!(
+        causes[0].contains("transaction conflicts"),
+        "retryable, named as conflicts: {causes:?}"
+    );
+    assert!(
+        proxy.faulted("TransactWriteItems") > 3,
+        "more than three tries in the first delivery"
+    );
+    let lines = serde_json::to_string(&s.log_lines()).unwrap_or_default();
+    assert!(
+        !lines.contains("vanished"),
+        "never reported as a vanished order"
+    );
+    proxy.heal();
+    let action_id = r["action_id"].as_str().unwrap_or_default().to_string();
+    let a = t.settled(&action_id).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(
+        t.position("ACC-1", "CLF27").await,
+        before + 1,
+        "filled once"
+    );
+
+    // Four conflicts, then none: one delivery absorbs them.
+    let failures = failed(&s).len();
+    proxy.on_matching(
+        "TransactWriteItems",
+        Some(create),
+        Fault::TransactionConflict,
+        Some(4),
+    );
+    let p = executable_plan(&t).await;
+    let r = t.execute(&p, "hot-2").await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let a = t.settled(r["action_id"].as_str().unwrap_or_default()).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(
+        failed(&s).len(),
+        failures,
+        "no delivery failed: {:?}",
+        failed(&s)
+    );
+    assert_eq!(t.position("ACC-1", "CLF27").await, before + 2);
+}

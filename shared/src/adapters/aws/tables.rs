@@ -5,9 +5,16 @@
 use super::ddb::{from_body, opt_s, s, time_key, Item};
 use super::{condition_failure, is_condition_failure, unavailable, Aws, ConditionFailure};
 
-/// Tries of a transaction cancelled only by `TransactionConflict` before it counts as a
-/// failed condition (the caller then reads again).
-pub(super) const CONFLICT_TRIES: u32 = 3;
+/// How long [`Aws::transact_if`] keeps sending a transaction that DynamoDB cancels only
+/// with `TransactionConflict` (another transaction held one of its items) before it gives
+/// up as unavailable (retryable). Far below one call's operation timeout.
+pub(super) const CONFLICT_BUDGET_MS: u64 = 400;
+
+/// The longest pause before resend `attempt` (1-based) of a conflicting transaction:
+/// exponential from 10 ms, capped at 100 ms; each pause is a random time up to it.
+pub(super) fn conflict_backoff_ceiling_ms(attempt: u32) -> u64 {
+    (10u64 << attempt.saturating_sub(1).min(8)).min(100)
+}
 use crate::auth::DeskScope;
 use crate::domain::Account;
 use crate::error::{StoreError, StoreResult};
@@ -234,13 +241,19 @@ pub(super) fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> 
 }
 
 impl Aws {
-    /// One `TransactWriteItems`: `true` if written, `false` if a condition failed (or the
-    /// transaction conflicted): read again and decide again.
+    /// One `TransactWriteItems`: `true` if written, `false` if a condition failed (read
+    /// again and decide again). A transaction cancelled only by `TransactionConflict` was
+    /// not applied and failed no condition: it is sent again after a jittered exponential
+    /// pause ([`conflict_backoff_ceiling_ms`]) for up to [`CONFLICT_BUDGET_MS`]; still
+    /// conflicting then, it is `Unavailable` (the request answers 503, the message is
+    /// retried), never a failed condition.
     pub(super) async fn transact_if(
         &self,
         items: &[TransactWriteItem],
         what: &str,
     ) -> StoreResult<bool> {
+        let deadline =
+            tokio::time::Instant::now() + std::time::Duration::from_millis(CONFLICT_BUDGET_MS);
         let mut attempt = 0;
         loop {
             match self
@@ -251,14 +264,21 @@ impl Aws {
                 .await
             {
                 Ok(_) => return Ok(true),
-                // Cancelled only because another transaction held an item: nothing was
-                // applied and no condition failed; the same write again, after a pause.
-                Err(e)
-                    if attempt + 1 < CONFLICT_TRIES
-                        && matches!(condition_failure(&e), Some(ConditionFailure::Conflict)) =>
-                {
+                Err(e) if matches!(condition_failure(&e), Some(ConditionFailure::Conflict)) => {
                     attempt += 1;
-                    super::ddb::backoff(attempt).await;
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        tracing::warn!(what, attempts = attempt, "transaction kept conflicting");
+                        return Err(StoreError::Unavailable(format!(
+                            "TransactWriteItems {what}: cancelled by transaction conflicts \
+                             {attempt} times in {CONFLICT_BUDGET_MS} ms (a hot item); retry"
+                        )));
+                    }
+                    let pause = {
+                        use rand::Rng;
+                        rand::thread_rng().gen_range(0..=conflict_backoff_ceiling_ms(attempt))
+                    };
+                    tokio::time::sleep(std::time::Duration::from_millis(pause).min(left)).await;
                 }
                 Err(e) if is_condition_failure(&e) => return Ok(false),
                 Err(e) => return Err(unavailable(&format!("TransactWriteItems {what}"), &e)),
@@ -296,5 +316,19 @@ impl Aws {
             }
             Err(e) => Err(unavailable("PutItem", &e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod conflict_tests {
+    use super::*;
+
+    #[test]
+    fn conflicting_transactions_back_off_exponentially_within_the_budget() {
+        let ceilings: Vec<u64> = (1..=6).map(conflict_backoff_ceiling_ms).collect();
+        assert_eq!(ceilings, [10, 20, 40, 80, 100, 100]);
+        assert_eq!(conflict_backoff_ceiling_ms(60), 100, "capped, no overflow");
+        // At least five resends fit in the budget whatever the jitter draws.
+        assert!(ceilings[..5].iter().sum::<u64>() < CONFLICT_BUDGET_MS);
     }
 }

@@ -49,7 +49,14 @@ impl WorkerStore for Aws {
         let stored = self
             .get(&self.names.orders, &[("order_id", s(o.order_id.clone()))])
             .await?
-            .ok_or_else(|| StoreError::Corrupt(format!("order {} vanished", o.order_id)))?;
+            // A condition failed (the exposure's) with no order stored: nothing was written;
+            // retryable, as the conflicts `transact_if` gave up on are.
+            .ok_or_else(|| {
+                StoreError::Unavailable(format!(
+                    "order {}: its creation was refused and no order is stored; retry",
+                    o.order_id
+                ))
+            })?;
         Ok(Stored::Found(from_body(&stored)?))
     }
 
