@@ -486,8 +486,11 @@ impl Approvals {
             let (op, version, decision) = match self.operator(sub).await? {
                 Some((mut op, v)) => {
                     let decision = if op.revoked_at.is_some() {
-                        // Enrolling a revoked operator again starts them over.
+                        // Enrolling a revoked operator again starts them over: no passkey,
+                        // and no session from before (also one that an older version,
+                        // without epochs, kept across the revocation).
                         op.credentials.clear();
+                        op.session_epoch += 1;
                         "re_enrolled"
                     } else {
                         "link_issued"
