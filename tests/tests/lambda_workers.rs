@@ -101,3 +101,78 @@ async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records
         .expect("invocation");
     assert_eq!(out, json!({ "sent": 0 }));
 }
+
+/// An invocation whose deadline is nearer than one record's worst case (five operation
+/// timeouts, 10 s by default): the first record is handled, the rest are handed back
+/// untouched as batch item failures (no order made for them) instead of running into the
+/// function's timeout; handed back again with time to spare, they are handled.
+#[tokio::test]
+async fn the_order_worker_lambda_hands_back_what_its_deadline_leaves_no_room_for() {
+    let s = Server::start_on(Backend::Embedded, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let t = s.trader();
+    let mut executed = Vec::new();
+    for key in ["lambda-dl-1", "lambda-dl-2"] {
+        let p = t.plan_buy("CLF27", 1).await;
+        let e = t.execute(&p, key).await;
+        assert_eq!(e.status, 202, "{:?}", e.body);
+        executed.push(e);
+    }
+    let bodies: Vec<String> = {
+        let db = s.db();
+        let mut q = db.prepare("SELECT body FROM queue ORDER BY rowid").unwrap();
+        let rows = q
+            .query_map([], |r| airlock_tests::stored_body(r, 0))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        rows
+    };
+    assert_eq!(bodies.len(), 2);
+    let order_ids: Vec<String> = executed
+        .iter()
+        .map(|e| e["resource_refs"]["order_id"].as_str().unwrap().to_string())
+        .collect();
+    let stack = s.crash();
+    let dir = stack.state_dir.clone();
+
+    let emu = LambdaEmulator::start();
+    let dir_s = dir.to_str().unwrap();
+    let clock = FakeClock::new();
+    let shifted = clock.env(0);
+    let mut env = vec![
+        ("AIRLOCK_BACKEND", "embedded"),
+        ("AIRLOCK_STATE_DIR", dir_s),
+    ];
+    env.extend(shifted.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut f = emu.spawn_function(&function_binary("worker-orders"), &env);
+    f.wait_ready(TIMEOUT).expect("worker-orders starts");
+    let short = f
+        .invoke(
+            sqs_event(&[
+                ("m-1", &bodies[0], "ACC-1#a"),
+                ("m-2", &bodies[1], "ACC-1#b"),
+            ]),
+            Duration::from_secs(8),
+        )
+        .expect("invocation");
+    assert_eq!(
+        short,
+        json!({ "batchItemFailures": [{ "itemIdentifier": "m-2" }] })
+    );
+    let again = f
+        .invoke(sqs_event(&[("m-2", &bodies[1], "ACC-1#b")]), TIMEOUT)
+        .expect("invocation");
+    assert_eq!(again, json!({ "batchItemFailures": [] }));
+    f.stop();
+
+    let s = stack.start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let status = |id: &str| -> Option<String> {
+        s.db()
+            .query_row("SELECT status FROM orders WHERE order_id = ?", [id], |r| {
+                r.get(0)
+            })
+            .ok()
+    };
+    assert_eq!(status(&order_ids[0]).as_deref(), Some("filled"));
+    assert_eq!(status(&order_ids[1]).as_deref(), Some("filled"));
+}

@@ -14,11 +14,19 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
     let app = app::from_env().await?;
     let (consumer, retry_ms) = (app.consumer(), app.config.worker_retry_ms);
+    let operation_timeout_ms = app.config.aws.operation_timeout_ms;
     let consumer = &consumer;
     run(service_fn(move |e: LambdaEvent<SqsEvent>| async move {
         let queue = QueueTarget::Jobs;
         Ok::<_, lambda_runtime::Error>(
-            worker::lambda::handle_batch(consumer, queue, retry_ms, e.payload).await,
+            worker::lambda::handle_batch(
+                consumer,
+                queue,
+                retry_ms,
+                e.payload,
+                worker::lambda::Deadline::of_invocation(e.context.deadline, operation_timeout_ms),
+            )
+            .await,
         )
     }))
     .await
