@@ -70,6 +70,9 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// its invocation for after the hold (the emulator's, 60 s each), so its deadline is
 /// further off than a quick call's.
 const MCP_TIMEOUT: Duration = Duration::from_secs(300);
+/// The worker functions' invocations: room for a batch of records at the emulator's
+/// operation timeouts (see `worker::lambda::Deadline`).
+const WORKER_TIMEOUT: Duration = Duration::from_secs(600);
 /// The scopes of Mastra's client credentials; an admin's client also has `trade.admin`
 /// (the enrolment API needs it).
 const SERVICE_SCOPE: &str = "trade.read trade.plan trade.execute";
@@ -83,14 +86,24 @@ const APPROVAL_ORIGIN: &str = "https://approvals.airlock.test";
 /// Grants no run of the tour needs, each with the code path that does and why the tour
 /// cannot reach it: `(function, action, resource without the prefix, why)`. An entry
 /// without a real code path means the grant should go.
-const UNREACHED: &[(&str, &str, &str, &str)] = &[(
-    "worker-orders",
-    "sqs:ChangeMessageVisibility",
-    "airlock-orders.fifo",
-    "a failed record's visibility shortened to the retry delay: the same code \
-     (worker::lambda::handle_batch) as worker-jobs', which the tour drives through a failed \
-     sync; no orders message fails on the tour's happy paths",
-)];
+const UNREACHED: &[(&str, &str, &str, &str)] = &[
+    (
+        "worker-orders",
+        "sqs:ChangeMessageVisibility",
+        "airlock-orders.fifo",
+        "a failed record's visibility shortened to the retry delay: the same code \
+         (worker::lambda::handle_batch) as worker-jobs', which the tour drives through a \
+         failed sync; no orders message fails on the tour's happy paths",
+    ),
+    (
+        "sweeper",
+        "dynamodb:PutItem",
+        "airlock-paper-broker",
+        "the dead-letter sweep asks the broker about an order (worker::give_up_order, \
+         Broker::order); the paper broker then moves a resting order the price crossed \
+         (PaperBroker::order saves it): the tour's dead letter was filled at once",
+    ),
+];
 
 // ---------------------------------------------------------------------------------------
 // The clock of the Lambda processes.
@@ -449,7 +462,13 @@ impl<'w> Lambdas<'w> {
     }
 
     fn invoke(&mut self, binary: &str, event: Value) -> Value {
-        self.invoke_for(binary, event, TIMEOUT)
+        // A worker starts a batch's later records only while five operation timeouts are
+        // left (the emulator's are 60 s): its deadline is further off than a quick call's.
+        let timeout = match binary.starts_with("worker-") {
+            true => WORKER_TIMEOUT,
+            false => TIMEOUT,
+        };
+        self.invoke_for(binary, event, timeout)
     }
 
     /// [`Self::invoke`] with its deadline `timeout` away.
@@ -898,9 +917,18 @@ impl World {
     /// Moves the message of `action_id` from the orders queue to its dead-letter queue, as
     /// the redrive policy does after a last receive that never finished.
     fn dead_letter(&self, action_id: &str) {
+        self.dead_letter_from(
+            shapes::ORDERS_QUEUE.logical_id,
+            "OrdersDeadLetterQueue",
+            action_id,
+        );
+    }
+
+    /// The same from the queue `from` to the dead-letter queue `to` (logical ids).
+    fn dead_letter_from(&self, from: &str, to: &str, action_id: &str) {
         let sqs = self.aws.sqs.clone();
-        let from = self.queue_urls[shapes::ORDERS_QUEUE.logical_id].clone();
-        let to = self.queue_urls["OrdersDeadLetterQueue"].clone();
+        let from = self.queue_urls[from].clone();
+        let to = self.queue_urls[to].clone();
         let id = action_id.to_string();
         self.block(async move {
             let got = sqs
@@ -923,14 +951,19 @@ impl World {
                 .and_then(|a| {
                     a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
                 })
-                .cloned()
-                .expect("a FIFO message's group");
-            sqs.send_message()
+                .cloned();
+            // A FIFO queue's dead letter keeps its group; the jobs queue is standard.
+            let send = sqs
+                .send_message()
                 .queue_url(&to)
-                .message_body(m.body().unwrap_or_default())
-                .message_group_id(group)
-                .message_deduplication_id(format!("dead-{id}"))
-                .send()
+                .message_body(m.body().unwrap_or_default());
+            let send = match group {
+                Some(g) => send
+                    .message_group_id(g)
+                    .message_deduplication_id(format!("dead-{id}")),
+                None => send,
+            };
+            send.send()
                 .await
                 .expect("SendMessage to the dead-letter queue");
             sqs.delete_message()
@@ -1327,6 +1360,78 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let xd = l.accepted(&dead_op, &pd, "perm-dead");
     let xd_id = xd["action_id"].as_str().expect("action id").to_string();
     w.dead_letter(&xd_id);
+    // A dead letter whose worker claimed its order for the broker, sent it (the broker
+    // filled it) and timed out before recording it: the sweep asks the broker and records
+    // the fill (the position and the exposure with the order), which releases the claim.
+    let pf = l.order_plan(&dead_op, order("ACC-1", &c1, 1, None));
+    let xf = l.accepted(&dead_op, &pf, "perm-dead-filled");
+    let xf_id = xf["action_id"].as_str().expect("action id").to_string();
+    let xf_order = w
+        .block(w.ports.orders.get_order(&order_id(&xf)))
+        .expect("get order");
+    assert!(xf_order.is_none(), "no worker ran it yet");
+    let xf_action = w
+        .block(w.ports.actions.get_action(&xf_id))
+        .expect("action")
+        .expect("xf");
+    let xf_terms = xf_action
+        .message
+        .normalized_payload
+        .order()
+        .expect("an order")
+        .terms
+        .clone();
+    let claimed_order = Order {
+        order_id: order_id(&xf),
+        terms: xf_terms,
+        status: OrderStatus::Submitted,
+        filled_quantity: 0,
+        avg_fill_price: None,
+        action_id: Some(xf_id.clone()),
+        created_at: xf_action.created_at,
+        updated_at: xf_action.created_at,
+    };
+    w.block(w.ports.workers.create_order(&claimed_order))
+        .expect("the claimed order");
+    let at_broker = w
+        .block(w.ports.broker.submit(&airlock::ports::broker::BrokerOrder {
+            client_order_id: claimed_order.order_id.clone(),
+            terms: claimed_order.terms.clone(),
+            status: airlock::ports::broker::BrokerStatus::Working,
+            filled_quantity: 0,
+            avg_fill_price: None,
+            reason: None,
+            triggered: false,
+        }))
+        .expect("the broker's order");
+    assert_eq!(
+        at_broker.status,
+        airlock::ports::broker::BrokerStatus::Filled,
+        "{at_broker:?}"
+    );
+    w.dead_letter(&xf_id);
+    // A dead-lettered positions.sync whose job a delivery created: the sweep fails it.
+    let ps = l.plan(&dead_op, "positions.sync", json!({"account_id": "ACC-1"}));
+    let xs = l.accepted(&dead_op, &ps, "perm-dead-sync");
+    let xs_id = xs["action_id"].as_str().expect("action id").to_string();
+    let xs_job = xs["resource_refs"]["job_id"]
+        .as_str()
+        .expect("job id")
+        .to_string();
+    let running = airlock::domain::Job {
+        job_id: xs_job.clone(),
+        kind: airlock::domain::JobKind::PositionsSync,
+        status: airlock::domain::JobStatus::Running,
+        account_id: Some("ACC-1".into()),
+        action_id: Some(xs_id.clone()),
+        created_at: now_ms,
+        updated_at: now_ms,
+        error: None,
+        result: None,
+    };
+    w.block(w.ports.workers.create_job(&running))
+        .expect("the running job");
+    w.dead_letter_from(shapes::JOBS_QUEUE.logical_id, "JobsDeadLetterQueue", &xs_id);
     w.cli(
         true,
         &[],
@@ -1359,6 +1464,30 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
             .contains("dead-lettered"),
         "{dead:?}"
     );
+    let filled = w
+        .block(w.ports.actions.get_action(&xf_id))
+        .expect("action")
+        .expect("xf");
+    assert_eq!(
+        filled.status,
+        airlock::domain::ActionStatus::Succeeded,
+        "{filled:?}"
+    );
+    assert_eq!(w.order_status(&order_id(&xf)), OrderStatus::Filled);
+    let synced = w
+        .block(w.ports.actions.get_action(&xs_id))
+        .expect("action")
+        .expect("xs");
+    assert_eq!(
+        synced.status,
+        airlock::domain::ActionStatus::Failed,
+        "{synced:?}"
+    );
+    // Creating it again reads the stored one back.
+    let job = w
+        .block(w.ports.workers.create_job(&running))
+        .expect("the stored job");
+    assert_eq!(job.status, airlock::domain::JobStatus::Failed, "{job:?}");
     w.cli(true, &[], &["kill-switch", "release"]);
     Audited {
         action_id: action.to_string(),

@@ -159,8 +159,12 @@ async fn handle_message(st: &Worker, body: &str, last_attempt: bool) -> Result<O
                     "message failed"
                 );
                 if last_attempt {
-                    if let Err(p) = guarded(give_up(st, body, e)).await {
-                        tracing::error!(cause = p.cause.as_deref(), "giving up failed");
+                    // Not settled here: the dead-letter sweep settles it (and tries again).
+                    if let Err(p) = guarded(give_up(st, body, e)).await.and_then(|r| r) {
+                        tracing::error!(
+                            cause = p.cause.as_deref().unwrap_or(&p.message),
+                            "giving up failed; the dead-letter sweep settles it"
+                        );
                     }
                 }
             }
@@ -339,43 +343,41 @@ fn settle<'a>(msg: &'a QueueMessage, outcome: &'a Outcome, at: Millis) -> Action
 async fn skipped(st: &Worker, body: &str, receive_count: u32) {
     if receive_count >= crate::records::MAX_RECEIVES {
         let e = ApiError::unavailable("an earlier message of its group kept failing");
-        give_up(st, body, &e).await;
+        if let Err(err) = give_up(st, body, &e).await {
+            tracing::error!(
+                cause = err.cause.as_deref().unwrap_or(&err.message),
+                "giving up a skipped message failed; the dead-letter sweep settles it"
+            );
+        }
     }
 }
 
-/// The last attempt failed: settle the stored action (never one a mismatching message
-/// names) and its order or job, saying what is known. A finished action is left alone.
-async fn give_up(st: &Worker, body: &str, e: &ApiError) {
+/// The last attempt failed (or its message is a dead letter): settle the stored action
+/// (never one a mismatching message names) and its order or job, saying what is known. A
+/// finished action is left alone. The action is settled last, after its order and job:
+/// `Err` (a read or write failed, the broker could not be asked) leaves it unsettled, so the
+/// dead-letter sweep, which looks at its dead letter again, does it all again.
+async fn give_up(st: &Worker, body: &str, e: &ApiError) -> Result<(), ApiError> {
     let Ok(received) = serde_json::from_str::<QueueMessage>(body) else {
-        return; // Malformed: it names nothing we can trust.
+        return Ok(()); // Malformed: it names nothing we can trust.
     };
-    let action = match stored_action(st, &received).await {
-        Ok(Ok(a)) => a,
-        Ok(Err(why)) => {
+    let action = match stored_action(st, &received).await? {
+        Ok(a) => a,
+        Err(why) => {
             refuse(&received.action_id, why);
-            return;
-        }
-        Err(err) => {
-            tracing::error!(error = %err, "could not read the action to mark it failed");
-            return;
+            return Ok(());
         }
     };
     if matches!(
         action.status,
         ActionStatus::Succeeded | ActionStatus::Failed
     ) {
-        return;
+        return Ok(());
     }
     let cause = e.cause.as_deref().unwrap_or(&e.message);
     let now = st.clock.now_ms();
     let (status, error) = match action.action_type {
-        ActionType::OrderSubmitCl => match give_up_order(st, &action, cause).await {
-            Ok(settled) => settled,
-            Err(err) => (
-                ActionStatus::Failed,
-                Some(may_be_live(&action, cause, &err)),
-            ),
-        },
+        ActionType::OrderSubmitCl => give_up_order(st, &action, cause).await?,
         _ => (
             ActionStatus::Failed,
             Some(format!(
@@ -383,37 +385,24 @@ async fn give_up(st: &Worker, body: &str, e: &ApiError) {
             )),
         ),
     };
-    let from = [ActionStatus::Queued, ActionStatus::Processing];
-    match st
-        .store
-        .set_action_status(&action.action_id, &from, status, error.as_deref(), now)
-        .await
-    {
-        // `airlock_dead_letters_total{queue}`: messages that went (or, on a last attempt,
-        // are going) to their dead-letter queue, whose action was settled as failed here.
-        Ok(_) => metrics::counter!(
-            crate::metrics::DEAD_LETTERED,
-            "queue" => action.queue_target.short_name()
-        )
-        .increment(1),
-        Err(err) => tracing::error!(error = %err, "could not settle the action"),
-    }
     if let Some(job_id) = &action.resource_refs.job_id {
-        let why = error.unwrap_or_else(|| format!("processing failed: {cause}"));
-        fail_job(st, &action, job_id, &why, now).await;
+        let why = error
+            .clone()
+            .unwrap_or_else(|| format!("processing failed: {cause}"));
+        fail_job(st, &action, job_id, &why, now).await?;
     }
-}
-
-/// The error of an order submission whose outcome at the broker is unknown.
-fn may_be_live(action: &ActionRecord, cause: &str, err: &ApiError) -> String {
-    let order_id = action.resource_refs.order_id.as_deref().unwrap_or("?");
-    format!(
-        "processing failed after repeated attempts ({cause}), and whether order {order_id} \
-         reached the broker is unknown ({}): it may be live at the broker. Reconcile it \
-         (the broker's book of {}, or a positions.sync) before placing it again",
-        err.cause.as_deref().unwrap_or(&err.message),
-        action.account_id
+    let from = [ActionStatus::Queued, ActionStatus::Processing];
+    st.store
+        .set_action_status(&action.action_id, &from, status, error.as_deref(), now)
+        .await?;
+    // `airlock_dead_letters_total{queue}`: messages that went (or, on a last attempt, are
+    // going) to their dead-letter queue, whose action was settled as failed here.
+    metrics::counter!(
+        crate::metrics::DEAD_LETTERED,
+        "queue" => action.queue_target.short_name()
     )
+    .increment(1);
+    Ok(())
 }
 
 /// The last attempt at an order submission failed: find out where the order is, so that
@@ -489,8 +478,14 @@ async fn give_up_order(
     )))
 }
 
-/// Marks a job failed (creating it if no delivery did).
-async fn fail_job(st: &Worker, action: &ActionRecord, job_id: &str, error: &str, now: Millis) {
+/// Marks a job failed (creating it if no delivery did); a job already finished is left.
+async fn fail_job(
+    st: &Worker,
+    action: &ActionRecord,
+    job_id: &str,
+    error: &str,
+    now: Millis,
+) -> Result<(), ApiError> {
     let job = Job {
         job_id: job_id.into(),
         kind: JobKind::PositionsSync,
@@ -502,30 +497,25 @@ async fn fail_job(st: &Worker, action: &ActionRecord, job_id: &str, error: &str,
         error: Some(error.to_string()),
         result: None,
     };
-    let created = st
+    let stored = st
         .store
         .create_job(&Job {
             status: JobStatus::Running,
             ..job.clone()
         })
-        .await;
-    if let Ok(stored) = created {
-        let failed = Job {
-            created_at: stored.created_at,
-            ..job
-        };
-        if let Err(err) = st
-            .store
-            .finish_job(
-                &failed,
-                &serde_json::Value::Object(Default::default()),
-                None,
-            )
-            .await
-        {
-            tracing::error!(error = %err, "could not mark the job failed");
-        }
-    }
+        .await?;
+    let failed = Job {
+        created_at: stored.created_at,
+        ..job
+    };
+    st.store
+        .finish_job(
+            &failed,
+            &serde_json::Value::Object(Default::default()),
+            None,
+        )
+        .await?;
+    Ok(())
 }
 
 /// The kill switch, read before every order submission: `Some(error)` if it is engaged.
