@@ -62,6 +62,8 @@ struct State {
     counts: BTreeMap<String, usize>,
     faulted: BTreeMap<String, usize>,
     replies: HashMap<String, Vec<u8>>,
+    /// Request bodies kept, by operation, for the operations asked for ([`FaultProxy::record`]).
+    recorded: HashMap<String, Vec<Vec<u8>>>,
 }
 
 /// A running proxy. `endpoint` goes where the emulator's would (`AWS_ENDPOINT_URL`).
@@ -135,6 +137,24 @@ impl FaultProxy {
             fault,
             left: times,
         });
+    }
+
+    /// Keeps the body of every later request of `operation` (read with
+    /// [`FaultProxy::recorded`]).
+    pub fn record(&self, operation: &str) {
+        self.lock()
+            .recorded
+            .entry(operation.to_string())
+            .or_default();
+    }
+
+    /// The bodies of the requests of `operation` kept since [`FaultProxy::record`].
+    pub fn recorded(&self, operation: &str) -> Vec<Vec<u8>> {
+        self.lock()
+            .recorded
+            .get(operation)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Removes every rule: requests pass through again.
@@ -362,6 +382,9 @@ fn error_reply(status: u16, kind: &str, message: &str, extra: serde_json::Value)
 fn take_fault(state: &Mutex<State>, req: &Request) -> Option<Fault> {
     let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
     *st.counts.entry(req.operation.clone()).or_default() += 1;
+    if let Some(kept) = st.recorded.get_mut(&req.operation) {
+        kept.push(req.body.clone());
+    }
     let body = String::from_utf8_lossy(&req.body);
     let rule = st.rules.iter_mut().find(|r| {
         r.operation == req.operation

@@ -608,3 +608,114 @@ async fn an_order_creation_that_keeps_conflicting_backs_off_and_is_retried() {
     );
     assert_eq!(t.position("ACC-1", "CLF27").await, before + 2);
 }
+
+/// No item shared by every execute: with executes spread over operators and accounts, no
+/// single item is in more than 40 % of execute transactions (DynamoDB cancels transactions
+/// that touch one item at the same time, which moto never does), and the firm-wide control
+/// record (`global`) is in none. Read off the wire: every `TransactWriteItems` the server
+/// sends is kept by the proxy and taken apart item by item.
+#[tokio::test]
+async fn no_item_is_shared_by_every_execute() {
+    use airlock::adapters::aws::shapes;
+    use std::collections::BTreeMap;
+
+    // 18 orders at once: no backlog hold (the workers drain the emulator slowly).
+    let (s, proxy) = start(&[("AIRLOCK_ORDERS_BACKLOG_LIMIT", "0")]);
+    let service = s.service_token();
+    let operators = ["op-ana", "op-ben", "op-cleo", "op-dev", "op-eli", "op-fay"];
+    let accounts = ["ACC-1", "ACC-2", "ACC-3"];
+    proxy.record("TransactWriteItems");
+    let mut executes = 0;
+    for op in operators {
+        let t = s
+            .trader()
+            .with_tokens(&service, &s.operator_token(op, "head_trader", None));
+        for acc in accounts {
+            let p = t
+                .post(
+                    "/actions/plan",
+                    &serde_json::json!({
+                        "action_type": "order.submit.cl",
+                        "payload": { "account_id": acc, "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" },
+                        "requested_by": op,
+                        "chat_context": { "chat_session_id": "chat-spread", "tool_call_id": "call-1" }
+                    }),
+                )
+                .await;
+            assert_eq!(p["executable"], true, "{op} {acc}: {:?}", p.body);
+            let r = t
+                .post(
+                    "/actions/execute",
+                    &serde_json::json!({
+                        "plan_id": p["plan_id"],
+                        "confirmation_token": p["confirmation_token"],
+                        "idempotency_key": format!("spread-{op}-{acc}"),
+                        "requested_by": op
+                    }),
+                )
+                .await;
+            assert_eq!(r.status, 202, "{op} {acc}: {:?}", r.body);
+            executes += 1;
+        }
+    }
+
+    // Each item of a transaction, as table and key.
+    let key_of = |table: &str, item: &serde_json::Value| -> String {
+        let t = shapes::TABLES
+            .iter()
+            .find(|t| table.ends_with(t.default_name))
+            .unwrap_or_else(|| panic!("a table of the template: {table}"));
+        let mut k = format!("{}:{}", t.default_name, item[t.partition]);
+        if let Some(sort) = t.sort {
+            k.push_str(&format!("/{}", item[sort]));
+        }
+        k
+    };
+    let mut transactions = Vec::new();
+    for body in proxy.recorded("TransactWriteItems") {
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("a JSON request");
+        let mut keys = Vec::new();
+        for it in v["TransactItems"].as_array().expect("TransactItems") {
+            let (kind, op) = it
+                .as_object()
+                .and_then(|o| o.iter().next())
+                .expect("one op");
+            let table = op["TableName"].as_str().expect("TableName");
+            let key = if kind == "Put" {
+                &op["Item"]
+            } else {
+                &op["Key"]
+            };
+            keys.push(key_of(table, key));
+        }
+        // Execute's atomic step: the one that moves a plan (a plan's own write puts it).
+        if keys.iter().any(|k| k.starts_with("airlock-idempotency:"))
+            && keys.iter().any(|k| k.starts_with("airlock-plans:"))
+        {
+            transactions.push(keys);
+        }
+    }
+    assert_eq!(transactions.len(), executes, "one commit per execute");
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in &transactions {
+        for k in t {
+            *seen.entry(k.as_str()).or_default() += 1;
+        }
+    }
+    for (k, n) in &seen {
+        assert!(
+            !k.contains(r#""global""#),
+            "the firm-wide control record is in {n} of {executes} executes"
+        );
+        assert!(
+            *n * 10 <= executes * 4,
+            "{k} is in {n} of {executes} execute transactions (more than 40 %): {seen:#?}"
+        );
+    }
+    // The executes did check the control record: on their operators' copies.
+    let copies: Vec<_> = seen
+        .keys()
+        .filter(|k| k.starts_with("airlock-control:"))
+        .collect();
+    assert!(copies.len() >= 3, "{copies:?}");
+}

@@ -555,6 +555,18 @@ async fn commit_checks_the_control_version(b: Backend) {
     let mut cur = bare("k-ctl-4");
     cur.control_version = Some(1);
     assert_eq!(commit(&e, &cur).await, CommitOutcome::Committed);
+    // Every operator's executes see the change (on DynamoDB each checks its operator's
+    // copy of the record, and every write of the record writes every copy).
+    for i in 0..24 {
+        let mut old = bare(&format!("k-ctl-op-old-{i}"));
+        old.audit.operator_id = format!("op-{i}");
+        old.control_version = Some(0);
+        assert_conflict(&e, &old, Conflict::Control).await;
+        let mut cur = bare(&format!("k-ctl-op-cur-{i}"));
+        cur.audit.operator_id = format!("op-{i}");
+        cur.control_version = Some(1);
+        assert_eq!(commit(&e, &cur).await, CommitOutcome::Committed, "op-{i}");
+    }
 }
 both!(commit_checks_the_control_version);
 

@@ -476,6 +476,7 @@ pub async fn bootstrap(given: &AwsConfig) -> Result<Report, String> {
         })?;
         ensure_table(&ddb, &shape.name(given), def, &mut report).await?;
     }
+    copy_control(&ddb, &shapes::CONTROL.name(given), &mut report).await?;
     for shape in shapes::QUEUES {
         create_queue(&sqs, given, shape, &tpl, &mut report).await?;
     }
@@ -486,6 +487,51 @@ pub async fn bootstrap(given: &AwsConfig) -> Result<Report, String> {
         .ok_or("infra/template.yaml declares no KMS key")?;
     create_key(&kms, given, key, &mut report).await?;
     Ok(report)
+}
+
+/// Execute's commit checks the control record on one of its copies
+/// ([`super::control`]): a record written by an older version, without copies, is copied
+/// to each missing one (never over a copy, which is as new as the record or newer). Until
+/// then executes are refused, never let through.
+async fn copy_control(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    report: &mut Report,
+) -> Result<(), String> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let got = ddb
+        .get_item()
+        .table_name(table)
+        .key("id", AttributeValue::S(super::control::CONTROL_ID.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| format!("GetItem {table}: {}", aws_error(&e)))?;
+    let Some(record) = got.item else {
+        return Ok(());
+    };
+    let mut copied = 0;
+    for k in 0..super::control::CONTROL_SHARDS {
+        let mut item = record.clone();
+        let id = format!("{}#{k}", super::control::CONTROL_ID);
+        item.insert("id".into(), AttributeValue::S(id));
+        match ddb
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(id)")
+            .send()
+            .await
+        {
+            Ok(_) => copied += 1,
+            Err(e) if super::is_condition_failure(&e) => {}
+            Err(e) => return Err(format!("PutItem {table} (a copy): {}", aws_error(&e))),
+        }
+    }
+    if copied > 0 {
+        report.push(format!("control record: copied to {copied} copies"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,15 +1,36 @@
 //! The control record on DynamoDB (kill switch, rollout modes, policy), written at a version.
+//!
+//! The record is `id = "global"`, and every write of it also writes the same record to
+//! [`CONTROL_SHARDS`] copies (`global#0` ...), in one transaction. Execute's commit checks
+//! the version on the copy of its operator's shard ([`control_shard`]), never on `global`:
+//! DynamoDB cancels transactions that touch one item at the same time, so one item in
+//! every execute would cap the whole firm's execute rate. A change is still seen by every
+//! execute decided before it (its shard's version moved in the same write), so the kill
+//! switch's guarantee holds. Readers that are not in a transaction read `global`.
 
 use super::ddb::{self, from_body, n, s, Item};
-use super::{unavailable, Aws};
+use super::tables::built;
+use super::Aws;
 use crate::error::StoreResult;
 use crate::ports::ControlStore;
 use crate::records::Control;
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::builders::PutBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use std::collections::HashMap;
 
 pub(super) const CONTROL_ID: &str = "global";
+/// How many copies execute's commits are spread over (a write of the record is one
+/// transaction of the record and its copies: at most 100 items).
+pub(super) const CONTROL_SHARDS: u32 = 16;
+
+/// The copy of the control record an operator's executes check.
+pub(super) fn control_shard(operator_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(operator_id.as_bytes());
+    let n = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % CONTROL_SHARDS;
+    format!("{CONTROL_ID}#{n}")
+}
 
 pub(super) fn control_from_item(item: Option<Item>) -> StoreResult<Control> {
     match item {
@@ -42,31 +63,41 @@ impl ControlStore for Aws {
                 (k.clone(), s(mode))
             })
             .collect();
-        let put = self
-            .ddb
-            .put_item()
-            .table_name(&self.names.control)
-            .item("id", s(CONTROL_ID))
-            .item(
-                "trade_execute_enabled",
-                AttributeValue::Bool(c.trade_execute_enabled),
-            )
-            .item("rollout", AttributeValue::M(rollout))
-            .item("version", n(c.version as i64))
-            .item("body", ddb::body(c)?);
-        // Version 0 is "never written" (or written before versions existed).
-        let put = if expected_version == 0 {
-            put.condition_expression(
+        let item = |id: &str| -> StoreResult<PutBuilder> {
+            let put = Put::builder()
+                .table_name(&self.names.control)
+                .item("id", s(id))
+                .item(
+                    "trade_execute_enabled",
+                    AttributeValue::Bool(c.trade_execute_enabled),
+                )
+                .item("rollout", AttributeValue::M(rollout.clone()))
+                .item("version", n(c.version as i64))
+                .item("body", ddb::body(c)?);
+            Ok(put)
+        };
+        // Version 0 is "never written" (or written before versions existed). The copies
+        // follow the record: written whatever they held (one written by an older version
+        // that wrote `global` alone catches up here).
+        let global = if expected_version == 0 {
+            item(CONTROL_ID)?.condition_expression(
                 "attribute_not_exists(id) OR attribute_not_exists(version) OR version = :v",
             )
         } else {
-            put.condition_expression("version = :v")
+            item(CONTROL_ID)?.condition_expression("version = :v")
         }
         .expression_attribute_values(":v", n(expected_version as i64));
-        match put.send().await {
-            Ok(_) => Ok(true),
-            Err(e) if super::is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable("PutItem control", &e)),
+        let mut items = vec![TransactWriteItem::builder()
+            .put(built(global.build())?)
+            .build()];
+        for k in 0..CONTROL_SHARDS {
+            let copy = item(&format!("{CONTROL_ID}#{k}"))?;
+            items.push(
+                TransactWriteItem::builder()
+                    .put(built(copy.build())?)
+                    .build(),
+            );
         }
+        self.transact_if(&items, "control").await
     }
 }

@@ -3,11 +3,11 @@
 
 use super::actions::action_put;
 use super::audit::audit_put;
-use super::control::{control_from_item, CONTROL_ID};
-use super::ddb::{self, idempotency_pk, n, s, Item};
+use super::control::{control_from_item, control_shard, CONTROL_ID};
+use super::ddb::{self, idempotency_pk, n, opt_s, s, Item};
 use super::plans::plan_from_item;
 use super::tables::built;
-use super::{unavailable, Aws, ConditionFailure};
+use super::{unavailable, Aws, ConditionFailure, Names};
 use crate::domain::Millis;
 use crate::error::{StoreError, StoreResult};
 use crate::ports::{
@@ -117,6 +117,154 @@ pub(super) fn conflict_of(
     }
 }
 
+/// The items of execute's atomic step, and what each one's failed condition means.
+fn commit_items(
+    n_: &Names,
+    c: &ExecuteCommit,
+    now: Millis,
+) -> StoreResult<(Vec<TransactWriteItem>, Vec<Conflict>)> {
+    let mut items: Vec<TransactWriteItem> = Vec::new();
+    let mut kinds: Vec<Conflict> = Vec::new();
+
+    // The key.
+    let put = Put::builder()
+        .table_name(&n_.idempotency)
+        .set_item(Some(key_item(&c.key)?));
+    let put = match &c.key_condition {
+        KeyCondition::Absent => put
+            .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
+            .expression_attribute_values(":now", n(now)),
+        KeyCondition::ClaimedBy(owner) => put
+            .condition_expression("lease_owner = :owner AND expires_at > :now")
+            .expression_attribute_values(":owner", s(owner.clone()))
+            .expression_attribute_values(":now", n(now)),
+    };
+    items.push(
+        TransactWriteItem::builder()
+            .put(built(put.build())?)
+            .build(),
+    );
+    kinds.push(Conflict::Key);
+
+    // The plan: planned -> executed / closed.
+    if let Some((plan_id, change)) = &c.plan_change {
+        let (status, attr, value) = match change {
+            PlanChange::Execute { action_id } => ("executed", "action_id", action_id),
+            PlanChange::Close { reason_code } => ("closed", "closed_reason", reason_code),
+        };
+        let up = Update::builder()
+            .table_name(&n_.plans)
+            .key("plan_id", s(plan_id.clone()))
+            .update_expression(format!(
+                "SET #st = :new, {attr} = :v REMOVE {}",
+                super::plans::AWAITING_KEYS
+            ))
+            .condition_expression("#st = :planned")
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":new", s(status))
+            .expression_attribute_values(":v", s(value.clone()))
+            .expression_attribute_values(":planned", s("planned"));
+        items.push(
+            TransactWriteItem::builder()
+                .update(built(up.build())?)
+                .build(),
+        );
+        kinds.push(Conflict::Plan);
+    }
+
+    // The control record is still the one decided on (kill switch, rollout, policy),
+    // checked on the executing operator's copy. Every write of the record writes every
+    // copy, so a copy is the record; a copy missing where the record exists (a table an
+    // older version wrote, before `airlock bootstrap` copied it) fails the check:
+    // executes are refused until the record is written again, never let through.
+    if let Some(version) = c.control_version {
+        // Version 0: no control item yet (the defaults), or one from before versions.
+        let expr = if version == 0 {
+            "attribute_not_exists(id) OR attribute_not_exists(version) OR version = :v"
+        } else {
+            "version = :v"
+        };
+        let cc = ConditionCheck::builder()
+            .table_name(&n_.control)
+            .key("id", s(control_shard(&c.audit.operator_id)))
+            .condition_expression(expr)
+            .expression_attribute_values(":v", n(version as i64));
+        items.push(
+            TransactWriteItem::builder()
+                .condition_check(built(cc.build())?)
+                .build(),
+        );
+        kinds.push(Conflict::Control);
+    }
+
+    // The account is still active.
+    if let Some(account_id) = &c.account_active {
+        let cc = ConditionCheck::builder()
+            .table_name(&n_.accounts)
+            .key("account_id", s(account_id.clone()))
+            .condition_expression("#st = :active")
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":active", s("active"));
+        items.push(
+            TransactWriteItem::builder()
+                .condition_check(built(cc.build())?)
+                .build(),
+        );
+        kinds.push(Conflict::Account);
+    }
+
+    // The operator's rate record: an increment below the limit, or a roll-over to
+    // the current minute from the bucket read.
+    if let Some(u) = &c.rate {
+        let e = RateExpr::of(u);
+        let up = Update::builder()
+            .table_name(&n_.rate_limits)
+            .set_key(Some(e.key))
+            .update_expression(e.update)
+            .condition_expression(e.condition)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values));
+        items.push(
+            TransactWriteItem::builder()
+                .update(built(up.build())?)
+                .build(),
+        );
+        kinds.push(Conflict::Rate);
+    }
+
+    // The worst case on the order's side leaves room (absent counts as 0), and the
+    // order's contracts are reserved in the same write.
+    if let Some(r) = &c.reserve {
+        let (attr, cmp, zero_fits) = match r.side {
+            crate::domain::Side::Buy => ("worst_long", "<=", r.bound >= 0),
+            crate::domain::Side::Sell => ("worst_short", ">=", r.bound <= 0),
+        };
+        let within = format!("{attr} {cmp} :bound");
+        let expr = if zero_fits {
+            format!("attribute_not_exists({attr}) OR {within}")
+        } else {
+            within
+        };
+        let up = ddb::exposure_update(&n_.exposures, &r.delta)
+            .condition_expression(expr)
+            .expression_attribute_values(":bound", n(r.bound));
+        items.push(
+            TransactWriteItem::builder()
+                .update(built(up.build())?)
+                .build(),
+        );
+        kinds.push(Conflict::Position);
+    }
+
+    if let Some(a) = &c.action {
+        items.push(action_put(&n_.actions, a)?);
+        kinds.push(Conflict::Key);
+    }
+    items.push(audit_put(&n_.audit, &c.audit)?);
+    kinds.push(Conflict::Key);
+    Ok((items, kinds))
+}
+
 #[async_trait]
 impl ExecuteLedger for Aws {
     async fn get_key(
@@ -160,7 +308,20 @@ impl ExecuteLedger for Aws {
                 ask("pk", idempotency_pk(principal, key))?,
             ),
             (n_.plans.clone(), ask("plan_id", plan_id.to_string())?),
-            (n_.control.clone(), ask("id", CONTROL_ID.to_string())?),
+            (n_.control.clone(), {
+                // The operator's copy of the control record, and the record itself for a
+                // table whose copies were never written (a read: it conflicts with nothing).
+                built(
+                    KeysAndAttributes::builder()
+                        .keys(HashMap::from([(
+                            "id".to_string(),
+                            s(control_shard(operator_id)),
+                        )]))
+                        .keys(HashMap::from([("id".to_string(), s(CONTROL_ID))]))
+                        .consistent_read(true)
+                        .build(),
+                )?
+            }),
             (
                 n_.rate_limits.clone(),
                 ask("operator_id", operator_id.to_string())?,
@@ -191,13 +352,22 @@ impl ExecuteLedger for Aws {
                 "BatchGetItem left keys unprocessed".into(),
             ));
         }
+        let controls = got.remove(&n_.control).unwrap_or_default();
+        let shard = control_shard(operator_id);
+        let find = |id: &str| {
+            controls
+                .iter()
+                .find(|i| opt_s(i, "id").as_deref() == Some(id))
+                .cloned()
+        };
+        let control_item = find(&shard).or_else(|| find(CONTROL_ID));
         let mut one = |t: &str| got.remove(t).and_then(|mut v| v.pop());
         let key = match one(&n_.idempotency) {
             Some(i) => key_from_item(&i, now)?,
             None => None,
         };
         let plan = one(&n_.plans).map(|i| plan_from_item(&i)).transpose()?;
-        let control = control_from_item(one(&n_.control))?;
+        let control = control_from_item(control_item)?;
         let rate = rate_from_item(operator_id, one(&n_.rate_limits).as_ref());
         Ok(ExecuteSnapshot {
             key,
@@ -208,142 +378,7 @@ impl ExecuteLedger for Aws {
     }
 
     async fn commit(&self, c: &ExecuteCommit, now: Millis) -> StoreResult<CommitOutcome> {
-        let n_ = &self.names;
-        let mut items: Vec<TransactWriteItem> = Vec::new();
-        let mut kinds: Vec<Conflict> = Vec::new();
-
-        // The key.
-        let put = Put::builder()
-            .table_name(&n_.idempotency)
-            .set_item(Some(key_item(&c.key)?));
-        let put = match &c.key_condition {
-            KeyCondition::Absent => put
-                .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
-                .expression_attribute_values(":now", n(now)),
-            KeyCondition::ClaimedBy(owner) => put
-                .condition_expression("lease_owner = :owner AND expires_at > :now")
-                .expression_attribute_values(":owner", s(owner.clone()))
-                .expression_attribute_values(":now", n(now)),
-        };
-        items.push(
-            TransactWriteItem::builder()
-                .put(built(put.build())?)
-                .build(),
-        );
-        kinds.push(Conflict::Key);
-
-        // The plan: planned -> executed / closed.
-        if let Some((plan_id, change)) = &c.plan_change {
-            let (status, attr, value) = match change {
-                PlanChange::Execute { action_id } => ("executed", "action_id", action_id),
-                PlanChange::Close { reason_code } => ("closed", "closed_reason", reason_code),
-            };
-            let up = Update::builder()
-                .table_name(&n_.plans)
-                .key("plan_id", s(plan_id.clone()))
-                .update_expression(format!(
-                    "SET #st = :new, {attr} = :v REMOVE {}",
-                    super::plans::AWAITING_KEYS
-                ))
-                .condition_expression("#st = :planned")
-                .expression_attribute_names("#st", "status")
-                .expression_attribute_values(":new", s(status))
-                .expression_attribute_values(":v", s(value.clone()))
-                .expression_attribute_values(":planned", s("planned"));
-            items.push(
-                TransactWriteItem::builder()
-                    .update(built(up.build())?)
-                    .build(),
-            );
-            kinds.push(Conflict::Plan);
-        }
-
-        // The control record is still the one decided on (kill switch, rollout, policy).
-        if let Some(version) = c.control_version {
-            // Version 0: no control item yet (the defaults), or one from before versions.
-            let expr = if version == 0 {
-                "attribute_not_exists(id) OR attribute_not_exists(version) OR version = :v"
-            } else {
-                "version = :v"
-            };
-            let cc = ConditionCheck::builder()
-                .table_name(&n_.control)
-                .key("id", s(CONTROL_ID))
-                .condition_expression(expr)
-                .expression_attribute_values(":v", n(version as i64));
-            items.push(
-                TransactWriteItem::builder()
-                    .condition_check(built(cc.build())?)
-                    .build(),
-            );
-            kinds.push(Conflict::Control);
-        }
-
-        // The account is still active.
-        if let Some(account_id) = &c.account_active {
-            let cc = ConditionCheck::builder()
-                .table_name(&n_.accounts)
-                .key("account_id", s(account_id.clone()))
-                .condition_expression("#st = :active")
-                .expression_attribute_names("#st", "status")
-                .expression_attribute_values(":active", s("active"));
-            items.push(
-                TransactWriteItem::builder()
-                    .condition_check(built(cc.build())?)
-                    .build(),
-            );
-            kinds.push(Conflict::Account);
-        }
-
-        // The operator's rate record: an increment below the limit, or a roll-over to
-        // the current minute from the bucket read.
-        if let Some(u) = &c.rate {
-            let e = RateExpr::of(u);
-            let up = Update::builder()
-                .table_name(&n_.rate_limits)
-                .set_key(Some(e.key))
-                .update_expression(e.update)
-                .condition_expression(e.condition)
-                .set_expression_attribute_names(Some(e.names))
-                .set_expression_attribute_values(Some(e.values));
-            items.push(
-                TransactWriteItem::builder()
-                    .update(built(up.build())?)
-                    .build(),
-            );
-            kinds.push(Conflict::Rate);
-        }
-
-        // The worst case on the order's side leaves room (absent counts as 0), and the
-        // order's contracts are reserved in the same write.
-        if let Some(r) = &c.reserve {
-            let (attr, cmp, zero_fits) = match r.side {
-                crate::domain::Side::Buy => ("worst_long", "<=", r.bound >= 0),
-                crate::domain::Side::Sell => ("worst_short", ">=", r.bound <= 0),
-            };
-            let within = format!("{attr} {cmp} :bound");
-            let expr = if zero_fits {
-                format!("attribute_not_exists({attr}) OR {within}")
-            } else {
-                within
-            };
-            let up = ddb::exposure_update(&n_.exposures, &r.delta)
-                .condition_expression(expr)
-                .expression_attribute_values(":bound", n(r.bound));
-            items.push(
-                TransactWriteItem::builder()
-                    .update(built(up.build())?)
-                    .build(),
-            );
-            kinds.push(Conflict::Position);
-        }
-
-        if let Some(a) = &c.action {
-            items.push(action_put(&n_.actions, a)?);
-            kinds.push(Conflict::Key);
-        }
-        items.push(audit_put(&n_.audit, &c.audit)?);
-        kinds.push(Conflict::Key);
+        let (items, kinds) = commit_items(&self.names, c, now)?;
 
         // The attempt's owner token as the client request token: a retry of this call
         // after a lost reply succeeds as the original did (DynamoDB keeps it 10 minutes)
