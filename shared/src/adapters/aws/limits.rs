@@ -110,8 +110,9 @@ impl LimitStore for Aws {
             .expression_attribute_values(":until", n(until))
             .expression_attribute_values(":ttl", ddb::ttl_seconds(until))
             .expression_attribute_values(":now", n(now));
-        // `false`: the mark is live (the refusal was audited already), or another
-        // refusal's transaction kept conflicting with this one: it marks the same thing.
+        // `false`: the mark is live (the refusal was audited already). A transaction that
+        // kept conflicting with another refusal's (which marks the same thing) is retried
+        // with backoff, then fails as unavailable.
         self.transact_if(
             &[
                 TransactWriteItem::builder()
