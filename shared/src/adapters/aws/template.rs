@@ -2145,6 +2145,43 @@ mod tests {
         assert_eq!(table_problems(&tpl()), Vec::<String>::new());
     }
 
+    /// Every placeholder samconfig.toml ships (a value on an example domain, or the example
+    /// VPC endpoint) is refused by the template's rules, which CloudFormation checks before
+    /// it creates anything: a deploy that kept one fails, naming the parameter.
+    #[test]
+    fn a_deploy_with_a_samconfig_placeholder_fails_before_creating_anything() {
+        let samconfig = include_str!("../../../../samconfig.toml");
+        let rules = TEMPLATE
+            .split_once("\nRules:\n")
+            .and_then(|(_, r)| r.split_once("\nConditions:\n"))
+            .map(|(r, _)| r)
+            .expect("a Rules section before Conditions");
+        let mut placeholders = 0;
+        for line in samconfig.lines() {
+            let Some((name, value)) = line
+                .trim()
+                .trim_end_matches(',')
+                .trim_matches('"')
+                .split_once('=')
+            else {
+                continue;
+            };
+            if !(value.contains("example.") || value == "vpce-0123456789abcdef0") {
+                continue;
+            }
+            placeholders += 1;
+            let refused = [
+                format!("!Not [!Equals [!Ref {name}, {value}]]"),
+                format!("!Not [!Equals [!Ref {name}, \"{value}\"]]"),
+            ];
+            assert!(
+                refused.iter().any(|r| rules.contains(r.as_str())),
+                "samconfig.toml's placeholder {name}={value} is not refused by a rule"
+            );
+        }
+        assert!(placeholders >= 6, "found {placeholders} placeholders");
+    }
+
     #[test]
     fn every_queue_has_its_dead_letter_queue_and_redrive() {
         assert_eq!(queue_problems(&tpl()), Vec::<String>::new());
