@@ -2182,6 +2182,31 @@ mod tests {
         assert!(placeholders >= 6, "found {placeholders} placeholders");
     }
 
+    /// The defaults deploy into a brand-new account: no reserved concurrency (its quota
+    /// of 10 refuses any reservation) and no access log (it needs API Gateway's
+    /// account-wide CloudWatch role, which a new account lacks).
+    #[test]
+    fn the_defaults_deploy_into_a_new_account() {
+        let doc: Value = serde_yaml::from_str(TEMPLATE).expect("the template is YAML");
+        let default = |p: &str| doc["Parameters"][p]["Default"].clone();
+        let params = doc["Parameters"].as_mapping().expect("Parameters");
+        let reserved: Vec<&str> = params
+            .keys()
+            .filter_map(Value::as_str)
+            .filter(|k| k.ends_with("ReservedConcurrency"))
+            .collect();
+        assert!(reserved.len() >= 2, "{reserved:?}");
+        for p in reserved {
+            assert_eq!(default(p), Value::from(0), "{p}");
+        }
+        assert_eq!(default("ApiAccessLogs"), Value::from("off"));
+        assert_eq!(default("SetApiGatewayAccountLogRole"), Value::from("false"));
+        assert!(
+            TEMPLATE.contains("Condition: WriteAccessLogs"),
+            "the access log group exists only with the access log"
+        );
+    }
+
     #[test]
     fn every_queue_has_its_dead_letter_queue_and_redrive() {
         assert_eq!(queue_problems(&tpl()), Vec::<String>::new());
