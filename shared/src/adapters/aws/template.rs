@@ -2182,6 +2182,17 @@ mod tests {
         assert!(placeholders >= 6, "found {placeholders} placeholders");
     }
 
+    /// The orders queue is a high-throughput FIFO queue: its quota and its deduplication
+    /// are per message group (an account's contract, or its cancels).
+    #[test]
+    fn the_orders_queue_is_high_throughput_fifo() {
+        let doc: Value = serde_yaml::from_str(TEMPLATE).expect("the template is YAML");
+        let q = &doc["Resources"]["OrdersQueue"]["Properties"];
+        assert_eq!(q["FifoQueue"], Value::from(true));
+        assert_eq!(q["FifoThroughputLimit"], Value::from("perMessageGroupId"));
+        assert_eq!(q["DeduplicationScope"], Value::from("messageGroup"));
+    }
+
     /// The defaults deploy into a brand-new account: no reserved concurrency (its quota
     /// of 10 refuses any reservation) and no access log (it needs API Gateway's
     /// account-wide CloudWatch role, which a new account lacks).
