@@ -3,8 +3,8 @@
 //! One JSON object per line: `timestamp`, `level`, the event's `fields` and, inside a span,
 //! `spans` (each span's fields and its `name`, root first), the shape of
 //! tracing-subscriber's own JSON format. The line is written by [`LineFormat`] and a
-//! span's fields by [`LineFields`], straight into the line: the stock JSON format built a
-//! `serde_json::Value` map per span and per event and parsed every span's stored JSON back
+//! span's fields by [`LineFields`], straight into the line: the stock JSON format builds a
+//! `serde_json::Value` map per span and per event and parses every span's stored JSON back
 //! at every line, about 7 % of the server's CPU on a page read (BENCHMARKS.md).
 
 use std::fmt::{self, Write as _};

@@ -166,7 +166,7 @@ async fn provider_tokens_plan_and_execute_a_trade() {
         .await;
     assert_eq!(r.status, 403, "{:?}", r.body);
     assert_eq!(r.code(), "operator_mismatch");
-    // Audited, naming who claimed to act for whom (issue 12, item 9).
+    // Audited, naming who claimed to act for whom.
     let trail = s.audit(plan2["plan_id"].as_str().unwrap());
     let refusal = trail
         .iter()
@@ -381,7 +381,7 @@ async fn the_jwks_is_fetched_over_verified_https() {
     );
 }
 
-// Issue 12, item 10: a provider's token issued to a user (same issuer, same audience, even
+// A provider's token issued to a user (same issuer, same audience, even
 // the trade scopes) must not pass as Mastra's client-credentials token, and a
 // client-credentials token must not pass as an operator's. The marker that tells them
 // apart is configuration (`AIRLOCK_SERVICE_TOKEN_MARKER`), `gty=client-credentials` by

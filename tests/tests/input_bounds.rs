@@ -1,6 +1,6 @@
-//! Client input that escapes the contract (issue 12, item 7), on both backends: every id
-//! and path segment is bounded at the edge before any store is asked (an over-long action
-//! id used to be a DynamoDB validation error, so a 503), every refusal is the contract's
+//! Client input that escapes the contract, on both backends: every id and path segment is
+//! bounded at the edge before any store is asked (an over-long action id would otherwise
+//! reach DynamoDB as a validation error, a 503), every refusal is the contract's
 //! JSON error with a stable code and the field at fault, a key given twice in a body is
 //! refused instead of the last one winning, and a refused request writes nothing.
 
@@ -136,7 +136,7 @@ async fn a_key_given_twice_anywhere_in_a_body_is_refused(b: Backend) {
     let t = s.trader();
     let raw = |body: &str| t.post_raw("/actions/plan", "application/json", body.into());
 
-    // The old parse kept the last value: this planned 9 contracts, not 1.
+    // A parse that keeps the last value would plan 9 contracts here, not 1.
     let r = raw(r#"{"action_type":"order.submit.cl","payload":{"account_id":"ACC-1","symbol":"CLF27","side":"buy","quantity":1,"quantity":9,"order_type":"market"},"requested_by":"op-energy-trader"}"#).await;
     invalid(&r, "/payload/quantity", "nested duplicate");
     assert!(

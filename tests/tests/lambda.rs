@@ -250,7 +250,7 @@ fn a_non_http_event_is_an_invocation_error_and_the_function_survives() {
 }
 
 /// A deployed function verifies tokens of the configured identity provider (JWKS over
-/// HTTP), and no longer trusts the dev issuer.
+/// HTTP), and does not trust the dev issuer.
 #[test]
 fn http_function_verifies_provider_tokens_from_its_jwks_url() {
     use airlock_tests::idp::{now_s, Idp, Key};

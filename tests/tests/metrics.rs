@@ -1,4 +1,4 @@
-//! The metrics (issue 17): a scripted scenario (plans, a queued execute, a duplicate, one
+//! The metrics: a scripted scenario (plans, a queued execute, a duplicate, one
 //! execute per rejection code it can cheaply provoke, a worker run) and the exact counter
 //! values it must leave on `GET /metrics`, on both backends; the same values in the EMF
 //! lines the real Lambda binaries print under the Lambda runtime emulator; `airlock stats`.

@@ -29,8 +29,8 @@
 //!
 //! The tour's deployment is the parameters' defaults but for a few (`Lambdas::new`); a
 //! role's conditional policies count when their condition holds in it. A second test runs
-//! execute in the other deployment of its one condition (`ConfirmationPublicKey` set,
-//! issue 19): no AWS call at cold start, and no KMS grant.
+//! execute in the other deployment of its one condition (`ConfirmationPublicKey` set): no
+//! AWS call at cold start, and no KMS grant.
 //!
 //! The Lambda binaries read only the system clock (they ignore `AIRLOCK_NOW`), and orders
 //! need an open market; so they run under libfaketime (`scripts/emulator.sh` installs it),
@@ -1093,7 +1093,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     );
     // A resting limit buy (the paper broker's price table is read for the band).
     let p2 = l.order_plan(&me, order("ACC-1", &c1, 1, Some("66.00")));
-    // Execute at its floor (issue 21): a warm first execute makes three AWS calls, one
+    // Execute at its floor: a warm first execute makes three AWS calls, one
     // read, one transaction, one send; its replay two, the read and its audit record.
     let before = calls_so_far(&w.log);
     let x2 = l.accepted(&me, &p2, "perm-x2");
@@ -2486,7 +2486,7 @@ fn needs_since(log: &Path, skip: usize, function: &str) -> BTreeSet<(String, Str
         .collect()
 }
 
-/// Issue 19: the execute function's cold start makes no network call when the stack gives
+/// The execute function's cold start makes no network call when the stack gives
 /// it the confirmation public key (`ConfirmationPublicKey`, from `airlock confirmation-key`),
 /// and its role then needs, and has, no KMS permission. The real binary, its template
 /// environment, the call log, moto. Without the key it makes exactly one call at init

@@ -1,4 +1,4 @@
-//! Risk controls that hold at every gate (issue 12), on both backends: open orders count
+//! Risk controls that hold at every gate, on both backends: open orders count
 //! against the position limit (at plan, and atomically at execute under concurrency), the
 //! close-only window counts open orders too, execute re-runs every check that can change
 //! since the plan (allow lists, account status, price band), control writes never undo

@@ -1,4 +1,4 @@
-//! Joined traces (issue 17): on Lambda, every log line and audit record of a request
+//! Joined traces: on Lambda, every log line and audit record of a request
 //! carries Airlock's request id, API Gateway's request id and the Lambda request id, and
 //! the queue message carries them to the worker's log lines. The real plan and execute
 //! binaries under the Lambda runtime emulator, on an embedded state dir the test reads.

@@ -1,4 +1,4 @@
-//! Risk controls that hold at the workers (issue 12), on both backends: a message whose
+//! Risk controls that hold at the workers, on both backends: a message whose
 //! handling overflows or panics fails alone and the workers go on; the kill switch stops
 //! orders already queued, at the worker and at the sweeper; a forged queue message is
 //! refused; an order the broker accepted is not reported failed; a cancel does not wait
@@ -114,7 +114,8 @@ fn log_lines(s: &Server, message: &str) -> Vec<Value> {
 both!(an_order_whose_fill_overflows_does_not_stop_the_workers);
 async fn an_order_whose_fill_overflows_does_not_stop_the_workers(b: Backend) {
     // ACC-1 holds 3 CLF27 at 68.40; at the largest decimal price, the weighted average of a
-    // buy used to overflow (a panic that killed the order consumer for every account).
+    // buy overflows a naive computation (a panic would kill the order consumer for every
+    // account).
     let s = Server::with_workers(b, &[]);
     let t = s.trader();
     s.cli(&["prices", "CLF27", "79228162514264337593543950335"]);
@@ -632,7 +633,7 @@ async fn an_order_held_for_room_in_the_backlog_is_accepted_once_the_workers_make
 both!(a_held_order_is_accepted_with_a_cached_backlog_count);
 /// As above with the count cached for a second (`AIRLOCK_ORDERS_BACKLOG_CACHE_MS`): the
 /// execute let go from its hold takes a place in the cached count, and must not then be
-/// held again by that same count (it was, until its wait ended, and then refused).
+/// held again by that same count (until its wait ended, and then refused).
 async fn a_held_order_is_accepted_with_a_cached_backlog_count(b: Backend) {
     held_then_accepted(b, 1000).await;
 }

@@ -1,6 +1,6 @@
-//! Portfolio figures of CL futures positions (the portfolio issue, first part): what the
-//! positions are worth and risk, where a book sits on the curve, and which positions are
-//! about to become a delivery problem. Pure and deterministic: decimal arithmetic only (no
+//! Portfolio figures of CL futures positions: what the positions are worth and risk,
+//! where a book sits on the curve, and which positions are about to become a delivery
+//! problem. Pure and deterministic: decimal arithmetic only (no
 //! binary floating point touches money), no clock or store of its own; the read use cases
 //! bring the positions, the reference prices, the policy's thresholds and today's date.
 //! `protocol::portfolio` serves them (`GET /portfolio`, `/portfolio/allocation`,

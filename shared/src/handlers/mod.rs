@@ -56,7 +56,7 @@ where
     for<'a> &'a T: Into<<T as crate::protocol::views::Viewed<'a>>::View>,
 {
     // Sized for the page up front (an order's view is about 330 bytes): written into a
-    // growing buffer, a 50-row page was copied about eight times on its way to 16 KB.
+    // growing buffer, a 50-row page would be copied about eight times on its way to 16 KB.
     let mut body = Vec::with_capacity(64 + 384 * listing.rows.len());
     match serde_json::to_writer(
         &mut body,

@@ -107,7 +107,7 @@ pub fn parse_requested_by(s: &str) -> Result<(), ApiError> {
 
 /// Lowercase hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    // Written digit by digit: a `format!` per byte was most of this function's time
+    // Written digit by digit: a `format!` per byte would be most of this function's time
     // (about 1 % of the server's CPU under `pairs`, several hashes per plan).
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut hex = String::with_capacity(64);

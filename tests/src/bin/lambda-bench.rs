@@ -50,7 +50,7 @@
 //! cargo run --release -p airlock-tests --bin lambda-bench -- --execute-aws
 //! ```
 //!
-//! Issue 19's figure: the CPU one warm `execute` invocation costs on the AWS backend. The
+//! What it measures: the CPU one warm `execute` invocation costs on the AWS backend. The
 //! setup starts moto (`airlock_tests::moto`, the emulator the AWS suites use), runs
 //! `airlock bootstrap --demo-data` against it, sets a policy confirming orders by token
 //! (`airlock policy set`, the control record) and starts a stand-in identity provider
@@ -804,7 +804,7 @@ const ISSUER: &str = "https://idp.test/";
 /// Orders confirmed by the plan's token (the shipped default has an operator approve them).
 const TOKEN_POLICY: &str =
     r#"{"version": "lambda-bench-token", "confirmation": {"order.submit.cl": "token"}}"#;
-/// Issue 19's target for the execute function's CPU per invocation.
+/// The target for the execute function's CPU per invocation (BENCHMARKS.md).
 const CPU_TARGET: Duration = Duration::from_micros(1500);
 /// Invocations before the measured ones (the first pays for the JWKS fetch and lazy init).
 const WARMUP: usize = 5;

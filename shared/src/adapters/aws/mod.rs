@@ -142,8 +142,8 @@ pub async fn sdk_config(c: &AwsConfig) -> aws_config::SdkConfig {
 /// period (20 s); the attempt timeout (1 s by default, at most 60 s) fails the whole attempt,
 /// body included, sooner whenever it is the shorter of the two. Then the protection can
 /// never fire first, and its throughput checks on every request and response body are
-/// CPU for nothing (about a tenth of a millisecond per execute: BENCHMARKS.md, fourteenth
-/// part). Kept on for an attempt timeout longer than its grace period.
+/// CPU for nothing (about a tenth of a millisecond per execute). Kept on for an attempt
+/// timeout longer than its grace period.
 pub fn stalled_streams(
     c: &AwsConfig,
 ) -> aws_config::stalled_stream_protection::StalledStreamProtectionConfig {

@@ -1,7 +1,7 @@
 //! An LZ4 block encoder for a fixed dictionary whose hash table is built once.
 //!
 //! `lz4_flex::block::compress_with_dict` hashes the whole dictionary again on every call:
-//! with the 11.5 KB dictionary of [`super::packed`] that was 3.4 % of the server's CPU
+//! with the 11.5 KB dictionary of [`super::packed`] that is 3.4 % of the server's CPU
 //! under `pairs` (six bodies packed per plan and execute), more than the compression
 //! itself. Here the dictionary's table is built once ([`DictTable::new`]); every body
 //! looks positions up in it, its own positions layered over it, and nothing is copied but
@@ -41,9 +41,9 @@ fn read_u32(b: &[u8], i: usize) -> u32 {
 }
 
 impl DictTable {
-    /// Hashes every third position of `dict`, as LZ4's reference encoder does (every
-    /// position was tried: the typical bodies came out 6 % larger, later positions
-    /// shadowing better matches).
+    /// Hashes every third position of `dict`, as LZ4's reference encoder does (hashing
+    /// every position makes the typical bodies 6 % larger, later positions shadowing
+    /// better matches).
     pub(super) fn new(dict: &'static [u8]) -> Self {
         assert!(dict.len() < MAX_WINDOW, "an LZ4 dictionary is below 64 KB");
         let mut table = Box::new([0u16; TABLE_LEN]);

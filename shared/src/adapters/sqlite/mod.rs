@@ -76,10 +76,10 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
     c.pragma_update(None, "synchronous", "NORMAL")?;
     c.pragma_update(None, "foreign_keys", "ON")?;
     // Statement journals (every write of a group commit runs in a savepoint) and temporary
-    // b-trees in memory. On disk each was a temp file opened, written and unlinked per
+    // b-trees in memory. On disk each is a temp file opened, written and unlinked per
     // statement on the writer thread: 2.5 % of the server's CPU in open/unlink alone, and
-    // 6 to 20 % of the pairs throughput (BENCHMARKS.md). A memory map of the database was
-    // tried too and was slower (page faults on a file that grows).
+    // 6 to 20 % of the pairs throughput (BENCHMARKS.md). A memory map of the database is
+    // slower (page faults on a file that grows; BENCHMARKS.md, "Tried and not kept").
     c.pragma_update(None, "temp_store", "MEMORY")?;
     // Every statement the adapter runs stays parsed (rusqlite keeps 16 by default; the
     // writer alone runs about 40 distinct ones).
@@ -144,8 +144,8 @@ fn writer_thread(
 /// on a connection of its own, every [`CHECKPOINT_EVERY`] while there were commits. A
 /// passive checkpoint runs beside the writer instead of inside one of its commits, so the
 /// writer never waits for the copy or its two `fsync`s: with SQLite's auto-checkpoint on
-/// the writer (every 1,000 pages) the writer spent about 13 % of its time in `fsync` under
-/// the `pairs` benchmark, and every request behind it waited. The writer's auto-checkpoint
+/// the writer (every 1,000 pages) the writer spends about 13 % of its time in `fsync` under
+/// the `pairs` benchmark, and every request behind it waits. The writer's auto-checkpoint
 /// stays as a backstop at [`WRITER_CHECKPOINT_PAGES`]. Ends when its [`Sqlite`] is gone.
 ///
 /// SQLite syncs the database file only at the end of a checkpoint that copied the whole
@@ -154,7 +154,7 @@ fn writer_thread(
 /// checkpoint, whose `fsync` then waits for all of them (5.5 to 6.8 ms at the median under
 /// `pairs`, about four times a second), with every write behind it. The checkpointer syncs
 /// the database file itself after each round ([`DbFile`]), and the backstop's sync finds
-/// little left to write (BENCHMARKS.md, fifteenth part). A sync is never less durable.
+/// little left to write. A sync is never less durable.
 fn checkpointer_thread(
     conn: Connection,
     stop: std::sync::mpsc::Receiver<()>,

@@ -148,7 +148,7 @@ pub(super) fn raw(text: String) -> StoreResult<Box<RawValue>> {
 /// A plan or audit record ready to store: JSON whose `risk_checks` list, when not empty,
 /// is kept once in `check_sets` (by the SHA-256 of its JSON) and referenced as
 /// `risk_checks_ref`. A plan and its plan and execute audit records hold the same list;
-/// stored inline it was about half of each pair's bytes. [`full_body`] reverses it. Built
+/// stored inline it would be about half of each pair's bytes. [`full_body`] reverses it. Built
 /// before the write (serializing, hashing and packing stay off the writer thread);
 /// [`Compact::store`] inside it.
 pub(super) struct Compact {

@@ -206,7 +206,7 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 9: the pending-approvals listing is two queries: an operator's own plans awaiting
     // approval (`awaiting_requester`), and the four-eyes plans of their desks
-    // (`awaiting_desk`, now set for four-eyes plans only), each newest first.
+    // (`awaiting_desk`, set for four-eyes plans only), each newest first.
     r#"
     ALTER TABLE plans ADD COLUMN awaiting_requester TEXT;
     CREATE INDEX plans_awaiting_requester ON plans(awaiting_requester, expires_at)
