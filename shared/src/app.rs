@@ -85,7 +85,7 @@ impl Ports {
 /// What every front door gets (the REST handlers, the consumers, the CLI): the use cases
 /// ([`UseCases`], its fields read through this), built once per process (per cold start in
 /// Lambda). One `Arc`: axum clones the state for every request, and a clone of thirteen
-/// `Arc`s was thirteen shared counters moved up and down by both cores.
+/// `Arc`s would be thirteen shared counters moved up and down by both cores.
 #[derive(Clone)]
 pub struct AppState(Arc<UseCases>);
 

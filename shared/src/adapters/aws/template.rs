@@ -2516,7 +2516,7 @@ mod tests {
         }
     }
 
-    /// Issue 19: with `ConfirmationPublicKey` set, the execute function gets it and makes
+    /// With `ConfirmationPublicKey` set, the execute function gets it and makes
     /// no KMS call, so its role may not read the key; empty (the default), it reads it
     /// once per cold start, and may. Whether the code does either is the permission proof's
     /// and `tests/tests/permissions.rs`'s cold-start test's business.
