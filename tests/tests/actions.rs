@@ -806,6 +806,67 @@ async fn a_crash_after_the_commit_is_finished_by_the_sweeper(b: Backend) {
     assert_eq!(later.queued_messages(), 1, "never twice");
 }
 
+/// An action accepted by the release before the sharded unsent index (its item carries
+/// only `unsent = "1"`, the legacy index's key) and left unsent by a crash: after the
+/// upgrade the sweeper still finds it, sends it once, and takes it out of both indexes.
+#[tokio::test]
+async fn the_sweeper_sends_an_action_accepted_before_the_sharded_index() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let (dir, p) = execute_then_crash(Backend::Aws, SEND_AFTER_COMMIT_THEN_CRASH, "legacy-1").await;
+    let env: std::collections::BTreeMap<String, String> = dir.env().into_iter().collect();
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(&env["AWS_ENDPOINT_URL"])
+        .region(aws_config::Region::new(env["AWS_REGION"].clone()))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .load()
+        .await;
+    let ddb = aws_sdk_dynamodb::Client::new(&conf);
+    let table = "airlock-actions";
+    let unsent = || async {
+        ddb.scan()
+            .table_name(table)
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("scan actions")
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|i| i.contains_key("unsent_shard") || i.contains_key("unsent"))
+            .collect::<Vec<_>>()
+    };
+    let left = unsent().await;
+    assert_eq!(left.len(), 1, "the crash left one action unsent: {left:?}");
+    let action_id = left[0]["action_id"].as_s().expect("action_id").clone();
+    ddb.update_item()
+        .table_name(table)
+        .key("action_id", AttributeValue::S(action_id.clone()))
+        .update_expression("REMOVE unsent_shard SET unsent = :u")
+        .expression_attribute_values(":u", AttributeValue::S("1".into()))
+        .send()
+        .await
+        .expect("the item as the release before wrote it");
+
+    let later = dir.start(&[
+        ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),
+        ("AIRLOCK_SWEEP_INTERVAL_MS", "100"),
+    ]);
+    assert_eq!(swept(&later).await, 1, "the sweeper queued the action");
+    let t = later.trader();
+    assert_eq!(duplicate_of(&t.execute(&p, "legacy-1").await), action_id);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(later.queued_messages(), 1, "never twice");
+    assert!(unsent().await.is_empty(), "still in an unsent index");
+    let trail = later.audit(&action_id);
+    assert_eq!(
+        trail.iter().filter(|a| a["decision"] == "resent").count(),
+        1,
+        "{trail:?}"
+    );
+}
+
 both!(a_decided_key_replays_after_the_token_expired);
 async fn a_decided_key_replays_after_the_token_expired(b: Backend) {
     let s = start(b, &[]);

@@ -42,6 +42,8 @@ struct Env {
     p: Ports,
     /// The paper broker's document store under `p.paper`.
     book: Arc<dyn PaperBookStore>,
+    /// The AWS backend's clients, for what no port says (the items as DynamoDB stores them).
+    aws: Option<Aws>,
     _moto: Option<Moto>,
     dir: PathBuf,
 }
@@ -65,6 +67,7 @@ async fn env(backend: Backend) -> Env {
             Env {
                 p: Ports::sqlite(&db, signer),
                 book: Arc::new(db.clone()),
+                aws: None,
                 _moto: None,
                 dir,
             }
@@ -115,6 +118,7 @@ async fn env(backend: Backend) -> Env {
             Env {
                 p: Ports::aws(&aws, signer),
                 book: Arc::new(aws.clone()),
+                aws: Some(aws),
                 _moto: Some(moto),
                 dir,
             }
@@ -1563,6 +1567,272 @@ async fn clear_unsent_takes_an_action_out_once(b: Backend) {
     );
 }
 both!(clear_unsent_takes_an_action_out_once);
+
+/// Commits an unsent action `id` accepted at `created_at`, under its own key.
+async fn unsent_action(e: &Env, id: &str, created_at: Millis, error: Option<&str>) {
+    let key = format!("k-{id}");
+    let mut c = bare(&key);
+    let mut a = action(id, "pln-none", "ACC-1", &key);
+    a.created_at = created_at;
+    a.updated_at = created_at;
+    a.error = error.map(String::from);
+    c.action = Some(a);
+    assert_eq!(commit(e, &c).await, CommitOutcome::Committed, "{id}");
+}
+
+async fn unsent_ids(e: &Env, claimed_before: Millis, limit: u32) -> Vec<String> {
+    e.p.actions
+        .list_unsent(claimed_before, limit)
+        .await
+        .expect("list_unsent")
+        .into_iter()
+        .map(|a| a.action_id)
+        .collect()
+}
+
+/// The sweeper's listing reads past one page of its index: 40 unsent actions of about
+/// 60 KB each (2.4 MB; DynamoDB answers a query with at most 1 MB), 24 of them on one shard
+/// of the AWS index (more than a page of it), all come back, oldest first; fewer asked
+/// for, the oldest ones; and only those accepted before `claimed_before`.
+async fn the_unsent_listing_reads_past_one_page(b: Backend) {
+    let e = env(b).await;
+    let (mut crowded, mut others) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        let id = format!("act-page-{i}");
+        match shapes::unsent_shard(&id).as_str() {
+            "u#3" if crowded.len() < 24 => crowded.push(id),
+            "u#3" => {}
+            _ if others.len() < 16 => others.push(id),
+            _ => {}
+        }
+        if crowded.len() == 24 && others.len() == 16 {
+            break;
+        }
+    }
+    // Accepted in this order, three of the crowded shard's for every two others.
+    let (mut crowded, mut others) = (crowded.into_iter(), others.into_iter());
+    let order: Vec<String> = (0..40)
+        .filter_map(|j| match j % 5 {
+            0..=2 => crowded.next(),
+            _ => others.next(),
+        })
+        .collect();
+    assert_eq!(order.len(), 40);
+    let bulk = "x".repeat(60_000);
+    for (i, id) in order.iter().enumerate() {
+        unsent_action(&e, id, NOW + i as Millis, Some(&bulk)).await;
+    }
+    if let Some(aws) = &e.aws {
+        // One query of the crowded shard does not answer all of it.
+        let first = aws
+            .ddb
+            .query()
+            .table_name(&aws.names.actions)
+            .index_name(shapes::UNSENT_INDEX)
+            .key_condition_expression("unsent_shard = :s")
+            .expression_attribute_values(
+                ":s",
+                aws_sdk_dynamodb::types::AttributeValue::S("u#3".into()),
+            )
+            .send()
+            .await
+            .expect("query a shard");
+        assert!(first.count < 24, "one page: {}", first.count);
+        assert!(first.last_evaluated_key.is_some());
+    }
+    assert_eq!(
+        unsent_ids(&e, NOW + 1_000, 100).await,
+        order,
+        "every one, oldest first"
+    );
+    assert_eq!(
+        unsent_ids(&e, NOW + 1_000, 30).await,
+        order[..30],
+        "the oldest 30"
+    );
+    assert_eq!(unsent_ids(&e, NOW + 1_000, 1).await, order[..1]);
+    assert_eq!(
+        unsent_ids(&e, NOW + 35, 100).await,
+        order[..35],
+        "accepted before"
+    );
+}
+both!(the_unsent_listing_reads_past_one_page);
+
+/// The AWS items of the actions table: `(action_id, unsent_shard, unsent)`.
+async fn action_index_attributes(e: &Env) -> Vec<(String, Option<String>, Option<String>)> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let aws = e.aws.as_ref().expect("the AWS backend");
+    let text = |item: &std::collections::HashMap<String, AttributeValue>, name: &str| {
+        item.get(name).and_then(|v| v.as_s().ok()).cloned()
+    };
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let o = aws
+            .ddb
+            .scan()
+            .table_name(&aws.names.actions)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan actions");
+        for item in o.items.unwrap_or_default() {
+            out.push((
+                text(&item, "action_id").expect("action_id"),
+                text(&item, shapes::UNSENT_SHARD_ATTRIBUTE),
+                text(&item, shapes::LEGACY_UNSENT_ATTRIBUTE),
+            ));
+        }
+        match o.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => break,
+        }
+    }
+    out.sort();
+    out
+}
+
+/// 64 unsent actions with ids as execute makes them are written to many shards of the
+/// unsent index, none holding a quarter of them, and never to the legacy single partition.
+#[tokio::test]
+async fn unsent_actions_spread_over_the_index_shards() {
+    let e = env(Backend::Aws).await;
+    for i in 0..64 {
+        let id = airlock::domain::new_id("act", NOW);
+        unsent_action(&e, &id, NOW + i, None).await;
+    }
+    let items = action_index_attributes(&e).await;
+    assert_eq!(items.len(), 64);
+    let mut per_shard = std::collections::BTreeMap::<String, usize>::new();
+    for (id, shard, legacy) in &items {
+        assert_eq!(legacy, &None, "{id}: written to the legacy index");
+        let shard = shard.clone().unwrap_or_else(|| panic!("{id}: no shard"));
+        assert_eq!(shard, shapes::unsent_shard(id));
+        *per_shard.entry(shard).or_default() += 1;
+    }
+    assert!(per_shard.len() >= 8, "{per_shard:?}");
+    assert!(per_shard.values().all(|&n| n < 16), "{per_shard:?}");
+    assert_eq!(unsent_ids(&e, NOW + 1_000, 100).await.len(), 64);
+}
+
+/// Actions accepted before the sharded index existed carry only `unsent = "1"` (the
+/// legacy index's key): they are still listed, in time order with the others, and every
+/// way out of the listing (retired, moved by a worker, marked sent) removes that attribute
+/// too. Once the legacy index is dropped, the listing carries on without it.
+#[tokio::test]
+async fn actions_from_before_the_sharded_index_are_still_listed() {
+    use aws_sdk_dynamodb::types::GlobalSecondaryIndexUpdate;
+    use aws_sdk_dynamodb::types::{AttributeValue, DeleteGlobalSecondaryIndexAction};
+    let e = env(Backend::Aws).await;
+    let aws = e.aws.clone().expect("the AWS backend");
+    let ids = [
+        "act-old-1",
+        "act-new-1",
+        "act-old-2",
+        "act-old-3",
+        "act-new-2",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        unsent_action(&e, id, NOW + i as Millis, None).await;
+    }
+    // As the release before wrote them.
+    for id in ["act-old-1", "act-old-2", "act-old-3"] {
+        aws.ddb
+            .update_item()
+            .table_name(&aws.names.actions)
+            .key("action_id", AttributeValue::S(id.into()))
+            .update_expression("REMOVE unsent_shard SET unsent = :u")
+            .expression_attribute_values(":u", AttributeValue::S("1".into()))
+            .send()
+            .await
+            .expect("an action the old way");
+    }
+    assert_eq!(
+        unsent_ids(&e, NOW + 1_000, 100).await,
+        ids,
+        "old and new, oldest first"
+    );
+    assert_eq!(unsent_ids(&e, NOW + 1_000, 2).await, ids[..2]);
+
+    // Out of the listing: retired by the sweeper, moved by a worker, marked sent.
+    assert!(e
+        .p
+        .actions
+        .clear_unsent("act-old-1", NOW + 10)
+        .await
+        .unwrap());
+    assert!(!e
+        .p
+        .actions
+        .clear_unsent("act-old-1", NOW + 11)
+        .await
+        .unwrap());
+    assert!(e
+        .p
+        .workers
+        .set_action_status(
+            "act-old-2",
+            &[ActionStatus::Queued],
+            ActionStatus::Processing,
+            None,
+            NOW + 10,
+        )
+        .await
+        .unwrap());
+    let mut c = bare("k-act-old-3");
+    c.key.state = KeyState::Decided {
+        decision: Decision::Queued {
+            action_id: "act-old-3".into(),
+            plan_id: "pln-none".into(),
+            queue_target: QueueTarget::Orders,
+            resource_refs: ResourceRefs::default(),
+        },
+        owner: None,
+    };
+    assert!(e
+        .p
+        .ledger
+        .mark_sent(&c.key, "owner-1", "act-old-3", NOW + 10)
+        .await
+        .unwrap());
+    assert_eq!(
+        unsent_ids(&e, NOW + 1_000, 100).await,
+        ["act-new-1", "act-new-2"]
+    );
+    for (id, shard, legacy) in action_index_attributes(&e).await {
+        if id.starts_with("act-old-") {
+            assert_eq!(
+                (shard, legacy),
+                (None, None),
+                "{id} left an index attribute"
+            );
+        }
+    }
+
+    // The release after drops the legacy index: nothing to read there, no error.
+    aws.ddb
+        .update_table()
+        .table_name(&aws.names.actions)
+        .global_secondary_index_updates(
+            GlobalSecondaryIndexUpdate::builder()
+                .delete(
+                    DeleteGlobalSecondaryIndexAction::builder()
+                        .index_name(shapes::LEGACY_UNSENT_INDEX)
+                        .build()
+                        .expect("delete action"),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("drop the legacy index");
+    assert_eq!(
+        unsent_ids(&e, NOW + 1_000, 100).await,
+        ["act-new-1", "act-new-2"]
+    );
+}
 
 /// A sync replacing more positions than one DynamoDB transaction can hold (100 items; each
 /// position is a write and an exposure move) writes them all, and the job once.

@@ -417,7 +417,10 @@ impl ExecuteLedger for Aws {
         let up = Update::builder()
             .table_name(&n_.actions)
             .key("action_id", s(action_id))
-            .update_expression("SET enqueued_at = if_not_exists(enqueued_at, :now), updated_at = :now REMOVE unsent")
+            .update_expression(format!(
+                "SET enqueued_at = if_not_exists(enqueued_at, :now), updated_at = :now {}",
+                super::actions::REMOVE_UNSENT
+            ))
             .condition_expression("attribute_exists(action_id)")
             .expression_attribute_values(":now", n(now));
         let items = [

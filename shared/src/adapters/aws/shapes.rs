@@ -16,6 +16,9 @@ pub struct Index {
     /// Sort keys of indexes here are strings or numbers, as `sort_is_number` says.
     pub sort: &'static str,
     pub sort_is_number: bool,
+    /// `ALL` (queries read whole items from the index) or `KEYS_ONLY` (queries read keys,
+    /// then the items from the table).
+    pub projection: &'static str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,12 +80,14 @@ pub const ORDERS: Table = Table {
             partition: "desk",
             sort: "created_key",
             sort_is_number: false,
+            projection: "ALL",
         },
         Index {
             name: "by_account",
             partition: "account_id",
             sort: "created_key",
             sort_is_number: false,
+            projection: "ALL",
         },
         // Sparse: `open_account` (the account id) is present only while the order is at
         // the broker, so reconciliation reads open orders, never an account's history.
@@ -91,6 +96,7 @@ pub const ORDERS: Table = Table {
             partition: "open_account",
             sort: "created_key",
             sort_is_number: false,
+            projection: "ALL",
         },
     ],
     ttl: None,
@@ -107,6 +113,7 @@ pub const JOBS: Table = Table {
         partition: "desk",
         sort: "created_key",
         sort_is_number: false,
+        projection: "ALL",
     }],
     ttl: None,
 };
@@ -126,12 +133,14 @@ pub const PLANS: Table = Table {
             partition: "awaiting_desk",
             sort: "expires_at",
             sort_is_number: true,
+            projection: "ALL",
         },
         Index {
             name: "awaiting_requester",
             partition: "awaiting_requester",
             sort: "expires_at",
             sort_is_number: true,
+            projection: "ALL",
         },
     ],
     ttl: Some("ttl"),
@@ -160,22 +169,66 @@ pub const IDEMPOTENCY: Table = Table {
     ttl: Some("ttl"),
 };
 
-/// `unsent` is present only until the action's message was sent: a sparse index the
-/// sweeper reads.
+/// The sweeper's sparse index of unsent actions, [`UNSENT_INDEX`]: `unsent_shard`
+/// ([`unsent_shard`]) is present only until the action's message was sent, and spreads
+/// the index over [`UNSENT_SHARDS`] partitions; keys only (the sweeper reads each action
+/// from the table, consistently, before acting on it).
+///
+/// [`LEGACY_UNSENT_INDEX`] is the index of the release before: one partition (`unsent =
+/// "1"`), projected ALL. Nothing writes `unsent` any more; the index stays for one release
+/// so the sweeper still finds the actions accepted before the upgrade (every write that
+/// takes an action out of the sweeper's view removes both attributes). An action leaves it
+/// within a day (sent, or retired once its idempotency key expired); the release after
+/// drops the index (docs/DECISIONS.md, "The unsent index is sharded").
 pub const ACTIONS: Table = Table {
     logical_id: "ActionsTable",
     env: "AIRLOCK_ACTIONS_TABLE",
     default_name: "airlock-actions",
     partition: "action_id",
     sort: None,
-    indexes: &[Index {
-        name: "unsent",
-        partition: "unsent",
-        sort: "created_at",
-        sort_is_number: true,
-    }],
+    indexes: &[
+        Index {
+            name: UNSENT_INDEX,
+            partition: UNSENT_SHARD_ATTRIBUTE,
+            sort: "created_at",
+            sort_is_number: true,
+            projection: "KEYS_ONLY",
+        },
+        Index {
+            name: LEGACY_UNSENT_INDEX,
+            partition: LEGACY_UNSENT_ATTRIBUTE,
+            sort: "created_at",
+            sort_is_number: true,
+            projection: "ALL",
+        },
+    ],
     ttl: None,
 };
+
+/// The actions table's index of unsent actions, sharded (see [`ACTIONS`]).
+pub const UNSENT_INDEX: &str = "unsent_by_shard";
+/// Its partition key: `u#<n>`, `n` < [`UNSENT_SHARDS`].
+pub const UNSENT_SHARD_ATTRIBUTE: &str = "unsent_shard";
+/// The partitions of [`UNSENT_INDEX`]. An action costs its shard two index writes (in, and
+/// out once sent), each of a key-only entry under 1 KB (1 write unit); a partition takes
+/// 1,000 units a second, so a shard about 500 actions a second and the index about 8,000
+/// (docs/RELIABILITY.md, capacity). The sweeper queries every shard. It may grow (new actions spread wider, the
+/// sweeper reads the new shards too); shrinking it would hide the actions on the shards
+/// dropped until they are rewritten.
+pub const UNSENT_SHARDS: u32 = 16;
+/// The index of the release before (see [`ACTIONS`]): read by the sweeper while it exists.
+pub const LEGACY_UNSENT_INDEX: &str = "unsent";
+pub const LEGACY_UNSENT_ATTRIBUTE: &str = "unsent";
+
+/// The shard of an action in [`UNSENT_INDEX`]: `u#<n>`, `n` the first four bytes of the
+/// SHA-256 of its id modulo [`UNSENT_SHARDS`]. Ids share their time prefix within a
+/// millisecond; the hash spreads them anyway.
+pub fn unsent_shard(action_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(action_id.as_bytes());
+    let n = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % UNSENT_SHARDS;
+    format!("u#{n}")
+}
 
 /// Audit records by plan, in time order (`seq` = zero-padded millis, `#`, audit id).
 pub const AUDIT: Table = Table {

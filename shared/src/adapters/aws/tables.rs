@@ -1,6 +1,6 @@
 //! DynamoDB access every entity file uses: single reads, scans, newest-first index
-//! queries merged across desks, batched writes with retries of unprocessed items, the
-//! desk lookup, and conditional transactions.
+//! queries merged across desks, batched reads and writes with retries of what was left
+//! unprocessed, the desk lookup, and conditional transactions.
 
 use super::ddb::{from_body, opt_s, s, time_key, Item};
 use super::{condition_failure, is_condition_failure, unavailable, Aws, ConditionFailure};
@@ -24,6 +24,9 @@ use std::collections::{BTreeSet, HashMap};
 
 /// The `desk` of jobs tied to no account.
 pub(super) const NO_DESK: &str = "-";
+
+/// DynamoDB's limit on the keys of one `BatchGetItem`.
+pub(super) const MAX_BATCH_GET_KEYS: usize = 100;
 
 impl Aws {
     pub(super) async fn get(
@@ -170,6 +173,57 @@ impl Aws {
         });
         rows.truncate(limit);
         rows
+    }
+
+    /// The items of one table with these values of its (string) partition key, read
+    /// consistently with `BatchGetItem`, 100 keys a call; keys left unprocessed are asked
+    /// again with backoff. Missing items are absent from the answer, in no order.
+    pub(super) async fn batch_get(
+        &self,
+        table: &str,
+        key_name: &str,
+        keys: &[String],
+    ) -> StoreResult<Vec<Item>> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(MAX_BATCH_GET_KEYS) {
+            let ask = chunk
+                .iter()
+                .map(|k| HashMap::from([(key_name.to_string(), s(k.clone()))]))
+                .collect::<Vec<_>>();
+            let mut pending = Some(built(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(ask))
+                    .consistent_read(true)
+                    .build(),
+            )?);
+            for attempt in 0..super::ddb::BATCH_TRIES {
+                let Some(ask) = pending.take() else { break };
+                if attempt > 0 {
+                    super::ddb::backoff(attempt).await;
+                }
+                let o = self
+                    .ddb
+                    .batch_get_item()
+                    .request_items(table, ask)
+                    .send()
+                    .await
+                    .map_err(|e| unavailable(&format!("BatchGetItem {table}"), &e))?;
+                if let Some(mut got) = o.responses {
+                    out.extend(got.remove(table).unwrap_or_default());
+                }
+                pending = o
+                    .unprocessed_keys
+                    .and_then(|mut m| m.remove(table))
+                    .filter(|k| !k.keys().is_empty());
+            }
+            if pending.is_some() {
+                return Err(StoreError::Unavailable(format!(
+                    "BatchGetItem {table}: keys left unprocessed"
+                )));
+            }
+        }
+        Ok(out)
     }
 
     pub(super) async fn batch_put(&self, table: &str, items: Vec<Item>) -> StoreResult<()> {

@@ -965,11 +965,14 @@ mod tests {
                     d.attr_type(ix.sort) == Some(sort_type),
                     "{id}.{n}: sort type"
                 );
-                // Index queries read whole items (the `body` attribute).
+                // An index projected ALL is read whole (the `body` attribute); one of keys
+                // only is read for keys, then the items from the table.
                 check!(
                     out,
-                    di.projection == "ALL",
-                    "{id}.{n}: projection must be ALL"
+                    di.projection == ix.projection,
+                    "{id}.{n}: projection {}, the code reads {}",
+                    di.projection,
+                    ix.projection
                 );
             }
             // Exactly the key attributes: CloudFormation rejects unused definitions, and
@@ -2191,6 +2194,63 @@ mod tests {
         assert_eq!(q["FifoQueue"], Value::from(true));
         assert_eq!(q["FifoThroughputLimit"], Value::from("perMessageGroupId"));
         assert_eq!(q["DeduplicationScope"], Value::from("messageGroup"));
+    }
+
+    /// The sweeper's index of unsent actions spreads its writes over
+    /// [`shapes::UNSENT_SHARDS`] partitions (a hashed attribute, the accepted time as its
+    /// sort key), holds keys only, and the sweeper's role may query it, read the actions
+    /// it lists together (`BatchGetItem`), and query the legacy index while it exists.
+    #[test]
+    fn the_unsent_index_is_sharded_keys_only_and_the_sweeper_queries_it() {
+        let t = tpl();
+        let table = t.table("ActionsTable").expect("ActionsTable");
+        let ix = table
+            .index(shapes::UNSENT_INDEX)
+            .expect("the sharded unsent index");
+        assert_eq!(ix.projection, "KEYS_ONLY");
+        assert_eq!(ix.key.partition, shapes::UNSENT_SHARD_ATTRIBUTE);
+        assert_eq!(ix.key.sort.as_deref(), Some("created_at"));
+        assert_eq!(
+            table.attr_type(shapes::UNSENT_SHARD_ATTRIBUTE),
+            Some(AttrType::S)
+        );
+        // Distinct shard values over a sample of ids: the partition key is not a constant.
+        let shards: BTreeSet<String> = (0..64)
+            .map(|i| shapes::unsent_shard(&format!("act_{i}")))
+            .collect();
+        assert!(shards.len() > 1, "{shards:?}");
+        let role = t.role("SweeperRole").expect("SweeperRole");
+        let allows = |action: &str, logical_id: &str, suffix: &str| {
+            role.statements.iter().any(|st| {
+                st.effect == "Allow"
+                    && st.actions.iter().any(|a| a == action)
+                    && st.resources.contains(&ResourceDef::Arn {
+                        logical_id: logical_id.into(),
+                        suffix: suffix.into(),
+                    })
+            })
+        };
+        for index in [shapes::UNSENT_INDEX, shapes::LEGACY_UNSENT_INDEX] {
+            assert!(
+                allows("dynamodb:Query", "ActionsTable", &format!("/index/{index}")),
+                "the sweeper must query {index}"
+            );
+        }
+        assert!(allows("dynamodb:BatchGetItem", "ActionsTable", ""));
+        // No other role queries the unsent indexes.
+        for r in t.roles.iter().filter(|r| r.logical_id != "SweeperRole") {
+            for st in &r.statements {
+                for res in &st.resources {
+                    if let ResourceDef::Arn { logical_id, suffix } = res {
+                        assert!(
+                            !(logical_id == "ActionsTable" && suffix.starts_with("/index/")),
+                            "{}: {suffix}",
+                            r.logical_id
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The defaults deploy into a brand-new account: no reserved concurrency (its quota

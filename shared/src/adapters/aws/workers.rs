@@ -260,15 +260,16 @@ fn action_move(table: &str, m: &ActionMove<'_>) -> StoreResult<Update> {
         up = up.expression_attribute_values(mark.clone(), s(st.as_str()));
     }
     up = up.condition_expression(format!("#st IN ({})", marks.join(", ")));
-    // A status a worker moved was delivered: out of the sweeper's unsent index.
+    // A status a worker moved was delivered: out of the sweeper's unsent indexes.
     const MOVED: &str =
         "SET #st = :to, updated_at = :now, enqueued_at = if_not_exists(enqueued_at, :now)";
+    const OUT: &str = super::actions::REMOVE_UNSENT;
     up = match m.error {
         Some(e) => up
-            .update_expression(format!("{MOVED}, #err = :e REMOVE unsent"))
+            .update_expression(format!("{MOVED}, #err = :e {OUT}"))
             .expression_attribute_names("#err", "error")
             .expression_attribute_values(":e", s(e)),
-        None => up.update_expression(format!("{MOVED} REMOVE unsent")),
+        None => up.update_expression(format!("{MOVED} {OUT}")),
     };
     built(up.build())
 }
