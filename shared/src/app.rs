@@ -255,6 +255,16 @@ impl AppState {
                 clock: clock.clone(),
             },
             approval_hold: std::time::Duration::from_millis(config.approval_hold_ms),
+            execute_pace: config.mcp_execute_rate_per_second.map(|per_second| {
+                crate::protocol::limits::Pace {
+                    store: ports.limits.clone(),
+                    id: crate::protocol::limits::MCP_EXECUTE_PACE_ID,
+                    per_second,
+                    burst: config.mcp_execute_burst,
+                    clock: clock.clone(),
+                    what: "MCP execute_plan",
+                }
+            }),
         };
         AppState(Arc::new(UseCases {
             approvals: Arc::new(approvals),

@@ -59,6 +59,13 @@ pub struct Config {
     pub execute_rate_per_minute: u32,
     /// Per-operator stored plans per rolling minute (`AIRLOCK_PLAN_RATE_PER_MINUTE`).
     pub plan_rate_per_minute: u32,
+    /// `AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND`: the firm-wide steady rate of MCP `execute_plan`
+    /// calls (the template sets API Gateway's `ExecuteThrottleRate`, which only the REST
+    /// route gets); unset, MCP executes are not paced.
+    pub mcp_execute_rate_per_second: Option<f64>,
+    /// `AIRLOCK_MCP_EXECUTE_BURST`: how many MCP `execute_plan` calls may come at once under
+    /// that rate (the template: `ExecuteThrottleBurst`); unset, the rate rounded up.
+    pub mcp_execute_burst: u32,
     /// The longest an MCP `execute_plan` is held while its plan waits for the operator's
     /// approval (`AIRLOCK_APPROVAL_HOLD_MS`, at most 20,000; 0: never held). On Lambda the
     /// hold also ends in time for the call to answer before the invocation's deadline.
@@ -170,6 +177,8 @@ impl Default for Config {
             execute_lease_ms: 10_000,
             execute_rate_per_minute: 20,
             plan_rate_per_minute: DEFAULT_PLAN_RATE_PER_MINUTE,
+            mcp_execute_rate_per_second: None,
+            mcp_execute_burst: 1,
             approval_hold_ms: DEFAULT_APPROVAL_HOLD_MS,
             approval_holds_per_operator: DEFAULT_APPROVAL_HOLDS_PER_OPERATOR,
             orders_backlog_limit: DEFAULT_ORDERS_BACKLOG_LIMIT,
@@ -215,6 +224,15 @@ fn number<T: std::str::FromStr + PartialOrd + Copy + std::fmt::Display>(
             }),
         },
     }
+}
+
+/// `AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND`, when set: more than 0 (a fraction spaces calls
+/// more than a second apart), at most 100,000.
+fn mcp_execute_rate() -> Result<Option<f64>, ConfigError> {
+    const NAME: &str = "AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND";
+    var(NAME)
+        .map(|_| number(NAME, 1.0, 0.001, 100_000.0))
+        .transpose()
 }
 
 fn jwks_url(name: &'static str) -> Result<Option<String>, ConfigError> {
@@ -493,6 +511,11 @@ impl Config {
                 1,
                 1_000_000,
             )?,
+            mcp_execute_rate_per_second: mcp_execute_rate()?,
+            mcp_execute_burst: match mcp_execute_rate()? {
+                None => d.mcp_execute_burst,
+                Some(r) => number("AIRLOCK_MCP_EXECUTE_BURST", r.ceil() as u32, 1, 100_000)?,
+            },
             approval_hold_ms: number(
                 "AIRLOCK_APPROVAL_HOLD_MS",
                 DEFAULT_APPROVAL_HOLD_MS,

@@ -1,7 +1,8 @@
 //! What bounds one operator's load, on both backends: a plan waiting for its approval,
 //! asked about again and again, is audited once per idempotency key (the repeats are
 //! counted); plans have a per-operator rate limit like executes (429 `rate_limited`,
-//! `Retry-After`), on the REST API and the MCP plan tools alike. The holds of MCP's
+//! `Retry-After`), on the REST API and the MCP plan tools alike; MCP's `execute_plan` is
+//! paced firm-wide as API Gateway paces `POST /actions/execute`. The holds of MCP's
 //! `execute_plan` are in `mcp.rs`.
 
 use airlock_tests::{both, Api, Backend, Server, Stack, MARKET_OPEN};
@@ -164,11 +165,106 @@ async fn plans_are_rate_limited_per_operator(b: Backend) {
 
 /// `plan_cl_order` through MCP (2026-07-28): the JSON-RPC result.
 async fn mcp_plan(s: &Server, t: &Api) -> Value {
+    let args = json!({ "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" });
+    mcp_call(s, t, "plan_cl_order", args).await
+}
+
+// The firm-wide pace of MCP's `execute_plan` (`AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND`,
+// `AIRLOCK_MCP_EXECUTE_BURST`: the template sets API Gateway's execute throttle). Calls
+// over it are refused before anything is read or written for them, whoever the operator;
+// the REST route is not counted (API Gateway paces it).
+both!(mcp_execute_plan_is_paced_firm_wide);
+async fn mcp_execute_plan_is_paced_firm_wide(b: Backend) {
+    // A burst of 2, then one call every 20 s: every call below comes inside the 20 s.
+    let s = Server::start_on(
+        b,
+        &[
+            ("AIRLOCK_NOW", MARKET_OPEN),
+            ("AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND", "0.05"),
+            ("AIRLOCK_MCP_EXECUTE_BURST", "2"),
+        ],
+    );
+    let t = s.trader();
+    let other = Api::new(
+        &s,
+        t.service.clone(),
+        s.operator_token("op-energy-2", "trader", Some("energy")),
+    );
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        calls.push((&t, t.plan_buy("CLF27", 1).await));
+    }
+    let theirs = other.post("/actions/plan", &order("op-energy-2", 1)).await;
+    calls.push((&other, theirs));
+    for (_, p) in &calls {
+        assert_eq!((p.status, &p["executable"]), (200, &json!(true)), "{:?}", p.body);
+    }
+    // Four calls at once, by two operators: the burst's two pass, whoever sends them (a
+    // pace per operator would pass three).
+    let results = futures_util::future::join_all(calls.iter().map(|(api, p)| {
+        let args = json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] });
+        mcp_call(&s, api, "execute_plan", args)
+    }))
+    .await;
+    let mut refused = Vec::new();
+    for ((_, p), r) in calls.iter().zip(&results) {
+        if r["isError"] == true {
+            let e = &r["structuredContent"]["error"];
+            assert_eq!(e["code"], "rate_limited", "{r}");
+            let message = e["message"].as_str().unwrap();
+            assert!(message.contains("firm-wide 0.05 a second (burst 2)"), "{message}");
+            let wait: u64 = message
+                .split("retry in ")
+                .nth(1)
+                .and_then(|m| m.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .expect("retry in N s");
+            assert!((1..=20).contains(&wait), "{message}");
+            refused.push(p);
+        } else {
+            assert_eq!(r["structuredContent"]["status"], "queued", "{r}");
+        }
+    }
+    assert_eq!(refused.len(), 2, "{results:?}");
+    // Nothing was read or written for a refused call: its plan has only its plan record,
+    // and only the two admitted actions were queued.
+    for p in &refused {
+        let trail = s.audit(p["plan_id"].as_str().unwrap());
+        assert_eq!(trail.len(), 1, "{trail:?}");
+    }
+    assert_eq!(s.queued_messages(), 2);
+    // Still over the pace: refused again.
+    let again = mcp_call(
+        &s,
+        &t,
+        "execute_plan",
+        json!({ "plan_id": refused[0]["plan_id"], "confirmation_token": refused[0]["confirmation_token"] }),
+    )
+    .await;
+    assert_eq!(again["structuredContent"]["error"]["code"], "rate_limited");
+    // The REST route is another door, paced by API Gateway: not counted here.
+    let mine = refused[0];
+    let rest = if mine["plan_id"] == calls[3].1["plan_id"] {
+        other
+            .post(
+                "/actions/execute",
+                &json!({ "plan_id": mine["plan_id"], "confirmation_token": mine["confirmation_token"], "idempotency_key": "rest-1", "requested_by": "op-energy-2" }),
+            )
+            .await
+    } else {
+        t.execute(mine, "rest-1").await
+    };
+    assert_eq!(rest.status, 202, "{:?}", rest.body);
+    assert_eq!(s.queued_messages(), 3);
+}
+
+/// One tool through MCP (2026-07-28): the JSON-RPC result.
+async fn mcp_call(s: &Server, t: &Api, name: &str, arguments: Value) -> Value {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {
-            "name": "plan_cl_order",
-            "arguments": { "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" },
+            "name": name,
+            "arguments": arguments,
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientCapabilities": {},
@@ -184,7 +280,7 @@ async fn mcp_plan(s: &Server, t: &Api) -> Value {
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "plan_cl_order")
+        .header("mcp-name", name)
         .body(body.to_string())
         .send()
         .await

@@ -31,6 +31,7 @@ use tower::ServiceExt;
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, Code};
+use crate::handlers::action_status::{wall_ms, within_deadline};
 use crate::http::api;
 use crate::http::extract::{json_text_faults, too_large, Authed, MAX_BODY_BYTES};
 use crate::http::observe::current_request_id;
@@ -321,6 +322,16 @@ impl rmcp::ServerHandler for McpServer {
             let text = format!("{}: {}", e.code, e.message);
             return Ok(result(tools::error_body(&e), text, true)?.into());
         }
+        // `execute_plan` is paced firm-wide, once per call (a held call's last execute is
+        // the same call), before anything is read or written for it: API Gateway's
+        // execute throttle cannot single out one tool of this route.
+        if tool.name == "execute_plan" {
+            if let Err(e) = self.state.tools.pace_execute().await {
+                tools::refused(tool);
+                let text = format!("{}: {}", e.code, e.message);
+                return Ok(result(tools::error_body(&e), text, true)?.into());
+            }
+        }
         let facts = ToolFacts {
             request_id: current_request_id(),
             chat_session_id: header(&ctx, "x-chat-session-id"),
@@ -332,6 +343,8 @@ impl rmcp::ServerHandler for McpServer {
                         .unwrap_or_default()
                 ))
             }),
+            deadline_ms: lambda_deadline_ms(&ctx),
+            operation_timeout_ms: self.state.config.aws.operation_timeout_ms,
         };
         let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let mut outcome = self
@@ -459,22 +472,12 @@ impl rmcp::ServerHandler for McpServer {
     }
 }
 
-/// The wall clock, in milliseconds since the epoch: the clock of a Lambda's deadline.
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// On Lambda, when the invocation must have answered (`lambda_http` leaves the runtime's
 /// context in the request's extensions): milliseconds since the epoch.
 fn lambda_deadline_ms(ctx: &RequestContext<RoleServer>) -> Option<u64> {
     ctx.extensions
         .get::<axum::http::request::Parts>()
-        .and_then(|p| p.extensions.get::<lambda_http::Context>())
-        .map(|c| c.deadline)
-        .filter(|d| *d > 0)
+        .and_then(|p| crate::handlers::action_status::lambda_deadline_ms(&p.extensions))
 }
 
 /// What a held call keeps of its invocation for after the hold, on Lambda: the most
@@ -494,10 +497,7 @@ fn hold_length(
     now_ms: u64,
     reserve: Duration,
 ) -> Duration {
-    match deadline_ms {
-        None => max,
-        Some(d) => max.min(Duration::from_millis(d.saturating_sub(now_ms)).saturating_sub(reserve)),
-    }
+    within_deadline(max, deadline_ms, now_ms, reserve)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! What bounds one operator's load, besides what execute decides in its atomic step: the
 //! rate windows (execute's is counted by its commit, the plan rate here, with the same
 //! window and refusal), the `execute_plan` calls held while a plan waits for its approval,
-//! and the once-only audit of a refusal asked again and again. Kept in the limits store
+//! the once-only audit of a refusal asked again and again, and the firm-wide pace of
+//! MCP's `execute_plan` calls ([`Pace`]). Kept in the limits store
 //! ([`LimitStore`]), so every bound holds across processes and Lambda instances.
 //!
 //! The store's ids: an operator's executes are kept under the operator id itself (execute's
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use crate::clock::SharedClock;
 use crate::domain::{new_id, Millis};
 use crate::error::{ApiError, Code};
-use crate::ports::limits::{Hold, Holds, LimitStore};
+use crate::ports::limits::{Hold, Holds, LimitStore, PaceStep};
 use crate::records::{RateState, RATE_WINDOW_MS};
 
 /// `airlock_audit_repeats_total{code}`: refusals left out of the audit log because the
@@ -27,6 +28,9 @@ const ROUNDS: usize = 8;
 pub fn plan_rate_id(operator: &str) -> String {
     format!("plan\u{1f}{operator}")
 }
+
+/// The firm-wide pace of `execute_plan` calls through MCP.
+pub const MCP_EXECUTE_PACE_ID: &str = "pace\u{1f}mcp_execute_plan";
 
 /// An operator's held `execute_plan` calls.
 pub fn holds_id(operator: &str) -> String {
@@ -108,6 +112,55 @@ impl PlanRate {
         Err(ApiError::unavailable(
             "plan rate: too many conflicting concurrent writes",
         ))
+    }
+}
+
+/// A firm-wide pace: at most `burst` calls at once and `per_second` a second after that,
+/// the token bucket API Gateway throttles a route with, kept in the store ([`PaceStep`])
+/// so it holds across processes and Lambda instances. MCP's `execute_plan` is paced so:
+/// API Gateway cannot throttle one tool of the MCP route.
+#[derive(Clone)]
+pub struct Pace {
+    pub store: Arc<dyn LimitStore>,
+    pub id: &'static str,
+    /// Steady calls a second (more than 0).
+    pub per_second: f64,
+    /// Calls at once (at least 1).
+    pub burst: u32,
+    pub clock: SharedClock,
+    /// What is paced, for the refusal's message.
+    pub what: &'static str,
+}
+
+/// The step of a call at `now` under `per_second` and `burst`: the rate's spacing in whole
+/// milliseconds (rounded up, never faster than the rate) and the burst's tolerance.
+pub fn pace_step(per_second: f64, burst: u32, now: Millis) -> PaceStep {
+    let interval = (1000.0 / per_second).ceil().clamp(1.0, 86_400_000.0) as Millis;
+    PaceStep {
+        now,
+        interval,
+        tolerance: interval * (burst.max(1) as Millis - 1),
+    }
+}
+
+impl Pace {
+    /// Admits one call, or refuses it with 429 `rate_limited` and `Retry-After` (whole
+    /// seconds until the pace admits one again, at least 1). Nothing else is written.
+    pub async fn admit(&self) -> Result<(), ApiError> {
+        let step = pace_step(self.per_second, self.burst, self.clock.now_ms());
+        let Some(due) = self.store.pace(self.id, &step).await? else {
+            return Ok(());
+        };
+        let wait = ((due - step.tolerance - step.now).max(1) as u64).div_ceil(1000);
+        Err(ApiError::new(
+            Code::RateLimited,
+            format!(
+                "{} reached its firm-wide {} a second (burst {}); retry in {wait} s.",
+                self.what, self.per_second, self.burst
+            ),
+        )
+        .retry_after(wait)
+        .not_an_execute())
     }
 }
 
@@ -202,6 +255,7 @@ mod tests {
     #[test]
     fn ids_of_other_limits_are_never_an_operators() {
         for id in [
+            MCP_EXECUTE_PACE_ID.to_string(),
             plan_rate_id("op-1"),
             holds_id("op-1"),
             refusal_mark_id(Code::ApprovalRequired, "6:svc/op-1", "k", "pln_1"),
@@ -212,6 +266,53 @@ mod tests {
             refusal_mark_id(Code::ApprovalRequired, "s", "k1", "p"),
             refusal_mark_id(Code::ApprovalRequired, "s", "k", "1p")
         );
+    }
+
+    /// The pace is API Gateway's token bucket: `burst` at once, then one per interval; a
+    /// quiet spell fills the burst again, never beyond it.
+    #[test]
+    fn a_pace_admits_the_burst_then_the_rate() {
+        struct P(f64, u32);
+        impl P {
+            fn step(&self, now: Millis) -> PaceStep {
+                pace_step(self.0, self.1, now)
+            }
+        }
+        let pace = |per_second: f64, burst: u32| P(per_second, burst);
+        let t0 = 1_800_000_000_000;
+        let run = |p: &P, at: &[Millis]| -> Vec<bool> {
+            let mut due = 0;
+            at.iter()
+                .map(|&now| {
+                    let step = p.step(now);
+                    let ok = step.admits(due);
+                    if ok {
+                        due = step.next(due);
+                    }
+                    ok
+                })
+                .collect()
+        };
+        let p = pace(5.0, 10);
+        assert_eq!(p.step(t0).interval, 200);
+        // Eleven at once: ten pass.
+        let burst = run(&p, &[t0; 11]);
+        assert_eq!(burst.iter().filter(|b| **b).count(), 10);
+        assert!(!burst[10]);
+        // A call every 100 ms for two seconds, after the burst: five a second pass.
+        let mut at = vec![t0; 10];
+        at.extend((1..=20).map(|i| t0 + i * 100));
+        let admitted = run(&p, &at).iter().filter(|b| **b).count();
+        assert_eq!(admitted, 10 + 10, "{admitted}");
+        // After a quiet minute, the burst again and no more.
+        let mut at = vec![t0; 3];
+        at.extend([t0 + 60_000; 11]);
+        assert_eq!(run(&p, &at).iter().filter(|b| **b).count(), 3 + 10);
+        // A burst of one is the rate alone; a rate below one a second spaces calls out.
+        let p = pace(2.0, 1);
+        assert_eq!(run(&p, &[t0, t0 + 100, t0 + 500]), [true, false, true]);
+        assert_eq!(pace(0.5, 1).step(t0).interval, 2_000);
+        assert_eq!(pace(3.0, 2).step(t0).tolerance, 334);
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub struct ToolFacts {
     pub request_id: String,
     pub chat_session_id: Option<String>,
     pub tool_call_id: Option<String>,
+    /// On Lambda, when the invocation must have answered (milliseconds since the epoch):
+    /// `get_action`'s wait ends in time for its answer.
+    pub deadline_ms: Option<u64>,
+    /// The operation timeout of the backend's calls, for what must fit after a wait.
+    pub operation_timeout_ms: u64,
 }
 
 /// What a tool call amounts to.
@@ -267,6 +272,10 @@ pub struct Tools {
     pub holds: crate::protocol::limits::ApprovalHolds,
     /// The longest a call waits for an approval (`AIRLOCK_APPROVAL_HOLD_MS`).
     pub approval_hold: std::time::Duration,
+    /// The firm-wide pace of `execute_plan` calls (`AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND`
+    /// and `AIRLOCK_MCP_EXECUTE_BURST`): what API Gateway's execute throttle is to
+    /// `POST /actions/execute`, which it cannot be to one tool of the MCP route.
+    pub execute_pace: Option<crate::protocol::limits::Pace>,
 }
 
 fn page(limit: Option<u32>, cursor: Option<String>) -> Result<PageRequest, ApiError> {
@@ -306,6 +315,16 @@ impl Tools {
             .get_plan(id)
             .await?
             .is_some_and(|p| p.awaits_approval(now)))
+    }
+
+    /// Admits one `execute_plan` call under the firm-wide pace, before anything else is
+    /// read or written for it: a call over it is 429 `rate_limited` with `Retry-After`, as
+    /// API Gateway's throttle answers `POST /actions/execute`, and counts for nothing else.
+    pub async fn pace_execute(&self) -> Result<(), ApiError> {
+        match &self.execute_pace {
+            Some(p) => p.admit().await,
+            None => Ok(()),
+        }
     }
 
     /// Holds an `execute_plan` call (`args`) while its plan waits for the operator's
@@ -460,13 +479,16 @@ impl Tools {
                     a.wait.map(|w| w.to_string()).as_deref(),
                 )
                 .map_err(|_| ApiError::invalid("/wait", "must be 0 to 20 seconds"))?;
+                use crate::handlers::action_status as status;
+                let wait = status::within_deadline(
+                    std::time::Duration::from_secs(wait),
+                    facts.deadline_ms,
+                    status::wall_ms(),
+                    status::wait_reserve(facts.operation_timeout_ms),
+                );
                 let r = self
                     .reads
-                    .action_wait(
-                        caller,
-                        a.action_id.as_str(),
-                        std::time::Duration::from_secs(wait),
-                    )
+                    .action_wait(caller, a.action_id.as_str(), wait)
                     .await?;
                 let text = format!("Action {} is {}", r.action_id, r.status);
                 done(&ActionView::from(&r), text)

@@ -2,8 +2,9 @@
 //! each under its own id (the table's key). A rate window is an item as execute's,
 //! counted with the same expressions; held calls are one item per operator (`holds`, JSON
 //! text, and a `version` for the conditional write); a refusal's mark is an item whose
-//! `expires_at` it lasts until, written in one transaction with its audit record. Every
-//! item carries `ttl`, so the table forgets them.
+//! `expires_at` it lasts until, written in one transaction with its audit record; a pace is
+//! an item whose `due` is counted on by single conditional updates, never in a transaction
+//! (so it conflicts with nothing). Every item carries `ttl`, so the table forgets them.
 
 use super::audit::audit_put;
 use super::ddb::{self, n, s};
@@ -12,13 +13,18 @@ use super::tables::built;
 use super::{condition_failure, unavailable, Aws};
 use crate::domain::Millis;
 use crate::error::{StoreError, StoreResult};
-use crate::ports::limits::{Holds, LimitStore};
+use crate::ports::limits::{Holds, LimitStore, PaceStep};
 use crate::records::{AuditRecord, RateState, RateUpdate};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
 /// A held call's item outlives its last hold by this much, then the table's TTL removes it.
 const HOLDS_KEPT_MS: Millis = 3_600_000;
+
+/// Rounds of a pace's read and conditional write. A round is lost only when another call
+/// moved `due` between the read and the write (from idle to busy, once per idle spell):
+/// concurrent admissions of a busy pace are increments that all apply.
+const PACE_ROUNDS: usize = 4;
 
 #[async_trait]
 impl LimitStore for Aws {
@@ -47,6 +53,53 @@ impl LimitStore for Aws {
             Err(e) if condition_failure(&e).is_some() => Ok(false),
             Err(e) => Err(unavailable("UpdateItem rate", &e)),
         }
+    }
+
+    async fn pace(&self, id: &str, step: &PaceStep) -> StoreResult<Option<Millis>> {
+        for _ in 0..PACE_ROUNDS {
+            let item = self
+                .get(&self.names.rate_limits, &[("operator_id", s(id))])
+                .await?;
+            let due = item.as_ref().and_then(|i| ddb::opt_n(i, "due")).unwrap_or(0);
+            // `due` only moves forward, so a read that is behind can only admit too soon,
+            // which the write's condition then refuses.
+            if !step.admits(due) {
+                return Ok(Some(due));
+            }
+            let up = self
+                .ddb
+                .update_item()
+                .table_name(&self.names.rate_limits)
+                .key("operator_id", s(id))
+                .expression_attribute_names("#d", "due")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now", n(step.now))
+                .expression_attribute_values(
+                    ":ttl",
+                    ddb::ttl_seconds(step.now + step.tolerance + step.interval + HOLDS_KEPT_MS),
+                );
+            let up = if due >= step.now {
+                // Busy: one more interval, while `due` is still in the window. Concurrent
+                // admissions all apply, each checked against the window.
+                up.update_expression("SET #d = #d + :i, #ttl = :ttl")
+                    .condition_expression("#d BETWEEN :now AND :lim")
+                    .expression_attribute_values(":i", n(step.interval))
+                    .expression_attribute_values(":lim", n(step.now + step.tolerance))
+            } else {
+                // Idle: the burst is whole again; start from now.
+                up.update_expression("SET #d = :next, #ttl = :ttl")
+                    .condition_expression("attribute_not_exists(operator_id) OR #d < :now")
+                    .expression_attribute_values(":next", n(step.next(due)))
+            };
+            match up.send().await {
+                Ok(_) => return Ok(None),
+                Err(e) if condition_failure(&e).is_some() => continue,
+                Err(e) => return Err(unavailable("UpdateItem pace", &e)),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "pace {id}: moved under {PACE_ROUNDS} reads in a row; retry"
+        )))
     }
 
     async fn holds(&self, id: &str) -> StoreResult<Holds> {

@@ -1,7 +1,7 @@
 //! The limits port on SQLite: rows of the rate-limits table beside the execute rate's,
 //! each under its own id. A rate window is a row as execute's; held calls are one row per
 //! operator (the version in the `version` column); a refusal's mark is a row whose
-//! `version` is the instant it lasts until.
+//! `version` is the instant it lasts until; a pace is a row whose `version` is its `due`.
 
 use super::audit::AuditRow;
 use super::ledger::{count_rate, load_rate, rate_allows};
@@ -9,7 +9,7 @@ use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
 use crate::domain::Millis;
 use crate::error::StoreResult;
-use crate::ports::limits::{Holds, LimitStore};
+use crate::ports::limits::{Holds, LimitStore, PaceStep};
 use crate::records::{AuditRecord, RateState, RateUpdate};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -42,6 +42,31 @@ impl LimitStore for Sqlite {
             }
             count_rate(tx, &u)?;
             Ok(true)
+        })
+        .await
+    }
+
+    async fn pace(&self, id: &str, step: &PaceStep) -> StoreResult<Option<Millis>> {
+        let (id, step) = (id.to_string(), *step);
+        self.write(move |tx| {
+            let due: Millis = tx
+                .row(
+                    "SELECT version FROM rate_limits WHERE operator_id = ?",
+                    [&id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db_err)?
+                .unwrap_or(0);
+            if !step.admits(due) {
+                return Ok(Some(due));
+            }
+            tx.run(
+                "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, '{}')",
+                params![id, step.next(due)],
+            )
+            .map_err(db_err)?;
+            Ok(None)
         })
         .await
     }
