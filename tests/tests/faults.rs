@@ -133,6 +133,37 @@ async fn a_failing_signer_at_plan_answers_503() {
     executable_plan(&t).await;
 }
 
+/// KMS `Sign`'s quota is per second (ECC: 300 a second per account and Region): a throttled
+/// `Sign` is tried again at once and the plan succeeds; one throttled on every attempt
+/// gives up after three, within about half a second, and the plan answers 503 with
+/// nothing stored.
+#[tokio::test]
+async fn a_throttled_sign_is_retried_briefly_then_answers_503() {
+    let (s, proxy) = start(&[("AIRLOCK_WORKERS", "off")]);
+    let t = s.trader();
+    proxy.on("Sign", Fault::Throttle, Some(1));
+    executable_plan(&t).await;
+    assert_eq!((proxy.faulted("Sign"), proxy.count("Sign")), (1, 2));
+
+    proxy.on("Sign", Fault::Throttle, None);
+    let writes = || {
+        ["TransactWriteItems", "PutItem", "UpdateItem", "BatchWriteItem"]
+            .iter()
+            .map(|op| proxy.count(op))
+            .sum::<usize>()
+    };
+    let (signs, before) = (proxy.count("Sign"), writes());
+    let started = Instant::now();
+    let r = t.plan_buy("CLF27", 1).await;
+    let took = started.elapsed();
+    assert_unavailable(&r, "plan");
+    assert_eq!(proxy.count("Sign") - signs, 3, "three attempts");
+    assert!(took < Duration::from_millis(1_500), "gave up after {took:?}");
+    assert_eq!(writes(), before, "a plan that could not sign stores nothing");
+    proxy.heal();
+    executable_plan(&t).await;
+}
+
 #[tokio::test]
 async fn a_failing_send_answers_503_with_the_action_and_the_retry_queues_it_once() {
     let (s, proxy) = start(&[]);

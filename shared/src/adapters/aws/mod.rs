@@ -204,6 +204,35 @@ impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for Sin
 }
 
 #[cfg(test)]
+mod kms_retry_tests {
+    use std::time::Duration;
+
+    /// The KMS client retries a throttled `Sign` three times in all, with pauses that stay
+    /// inside about 300 ms; the other clients keep the shared configuration.
+    #[test]
+    fn kms_retries_are_explicit_and_short() {
+        let conf = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("eu-west-1"))
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
+            .build();
+        let (ddb, _, kms) = super::clients(&conf);
+        let r = kms.config().retry_config().expect("KMS retries");
+        assert_eq!(r.mode(), aws_config::retry::RetryMode::Standard);
+        assert_eq!(r.max_attempts(), super::KMS_ATTEMPTS);
+        assert_eq!(r.initial_backoff(), Duration::from_millis(100));
+        assert_eq!(r.max_backoff(), Duration::from_millis(200));
+        // Pauses before the 2nd and 3rd attempts: at most 100 ms, then 200 ms.
+        let most: Duration = (0..super::KMS_ATTEMPTS - 1)
+            .map(|i| (r.initial_backoff() * 2u32.pow(i)).min(r.max_backoff()))
+            .sum();
+        assert_eq!(most, Duration::from_millis(300));
+        let d = ddb.config().retry_config().expect("DynamoDB retries");
+        assert_eq!(d.initial_backoff(), Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
 mod stalled_stream_tests {
     use super::stalled_streams;
     use crate::config::AwsConfig;
@@ -265,7 +294,25 @@ mod conflict_tests {
     }
 }
 
-/// Clients with the call recorder, sharing one SDK configuration.
+/// Attempts of a KMS call (a plan's `Sign`).
+pub const KMS_ATTEMPTS: u32 = 3;
+
+/// KMS's retries, explicit: standard mode (throttling, `KMSInternalException` and other
+/// 5xx answers are retried; nothing else), [`KMS_ATTEMPTS`] attempts, jittered exponential
+/// pauses from 100 ms, at most 200 ms. `Sign`'s quota is per second (ECC keys: 300 a second
+/// per account and Region, shared by every plan that signs), so a throttled `Sign` is tried
+/// again within the same second or the next, not after the standard mode's 1 s and 2 s
+/// pauses (which the 2 s operation timeout cuts anyway): at most 300 ms of pauses, then the
+/// plan answers 503 `upstream_unavailable` with nothing stored.
+pub fn kms_retries() -> aws_config::retry::RetryConfig {
+    aws_config::retry::RetryConfig::standard()
+        .with_max_attempts(KMS_ATTEMPTS)
+        .with_initial_backoff(std::time::Duration::from_millis(100))
+        .with_max_backoff(std::time::Duration::from_millis(200))
+}
+
+/// Clients with the call recorder, sharing one SDK configuration (KMS with its own retries:
+/// [`kms_retries`]).
 pub fn clients(
     conf: &aws_config::SdkConfig,
 ) -> (
@@ -282,6 +329,7 @@ pub fn clients(
         .build();
     let kms = aws_sdk_kms::config::Builder::from(conf)
         .interceptor(CallRecorder)
+        .retry_config(kms_retries())
         .build();
     (
         aws_sdk_dynamodb::Client::from_conf(ddb),
