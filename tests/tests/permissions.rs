@@ -304,17 +304,16 @@ impl World {
                 );
                 self.key_arn.clone()
             }
-            // Both slots are the one key here; the test resolves both and needs them equal.
+            // The branch this deployment's parameters choose (both signing-key slots are
+            // the one key here).
             "If" => {
-                let both: Vec<String> = arg
-                    .as_sequence()
-                    .expect("!If list")
-                    .iter()
-                    .skip(1)
-                    .map(|x| self.resolve(x, params))
-                    .collect();
-                assert!(both.windows(2).all(|w| w[0] == w[1]), "!If {both:?}");
-                both[0].clone()
+                let args = arg.as_sequence().expect("!If list");
+                let cond = args[0].as_str().expect("!If condition");
+                let holds = self
+                    .tpl
+                    .condition_holds(cond, params)
+                    .unwrap_or_else(|e| panic!("!If {cond}: {e}"));
+                self.resolve(&args[if holds { 1 } else { 2 }], params)
             }
             "Sub" => {
                 let pattern = template::string_or_sub(v).expect("!Sub pattern");

@@ -2436,14 +2436,241 @@ mod tests {
             t.condition_holds("ReserveMcpConcurrency", &with("20")),
             Ok(true)
         );
-        // No other API function reserves any: the MCP function's cap is what keeps its
-        // held calls from the others' concurrency.
+    }
+
+    /// Every reservation of concurrency is asked for: `!If [Reserve<X>Concurrency, !Ref
+    /// <X>ReservedConcurrency, !Ref AWS::NoValue]`, the condition holding only when the
+    /// parameter is not 0, and 0 by default. Besides MCP's (its cap keeps its held calls from
+    /// the others' concurrency), the approval page and both workers may reserve theirs; the
+    /// REST functions never do.
+    #[test]
+    fn concurrency_is_reserved_only_when_asked() {
+        let t = tpl();
+        let yaml = |s: &str| -> Value { serde_yaml::from_str(s).expect("YAML") };
+        let mut reserving = BTreeSet::new();
         for f in &t.functions {
-            if f.logical_id != mcp.logical_id
-                && f.events.iter().any(|e| matches!(e, EventDef::Api { .. }))
-            {
-                assert_eq!(f.reserved_concurrency, None, "{}", f.logical_id);
+            let Some(r) = &f.reserved_concurrency else {
+                continue;
+            };
+            let id = &f.logical_id;
+            let (_, args) = intrinsic(r).unwrap_or_else(|| panic!("{id}: {r:?}"));
+            let cond = args[0].as_str().unwrap_or_else(|| panic!("{id}: {r:?}"));
+            let param = referenced_id(&args[1]).unwrap_or_else(|| panic!("{id}: {r:?}"));
+            assert!(param.ends_with("ReservedConcurrency"), "{id}: {param}");
+            assert_eq!(
+                r,
+                &yaml(&format!("!If [{cond}, !Ref {param}, !Ref AWS::NoValue]")),
+                "{id}"
+            );
+            assert_eq!(
+                t.conditions.get(cond),
+                Some(&yaml(&format!("!Not [!Equals [!Ref {param}, 0]]"))),
+                "{id}"
+            );
+            assert_eq!(t.condition_holds(cond, &BTreeMap::new()), Ok(false), "{id}");
+            let with = BTreeMap::from([(param.clone(), "5".to_string())]);
+            assert_eq!(t.condition_holds(cond, &with), Ok(true), "{id}");
+            reserving.insert(f.binary.clone().unwrap_or_default());
+        }
+        assert_eq!(
+            reserving,
+            ["approvals", "mcp", "sweeper", "worker-jobs", "worker-orders"]
+                .map(String::from)
+                .into(),
+        );
+    }
+
+    /// A queue scales its worker up to `WorkerMaximumConcurrency` (default 2, Lambda's
+    /// least), never to the hundreds of instances an unbounded SQS event source reaches.
+    #[test]
+    fn every_queue_caps_its_workers_concurrency() {
+        let doc: Value = serde_yaml::from_str(TEMPLATE).expect("the template is YAML");
+        let p = &doc["Parameters"]["WorkerMaximumConcurrency"];
+        assert_eq!(
+            (&p["Default"], &p["MinValue"]),
+            (&Value::from(2), &Value::from(2))
+        );
+        let mut queues = 0;
+        for (id, res) in doc["Resources"].as_mapping().expect("Resources") {
+            let events = res["Properties"]["Events"].as_mapping();
+            for e in events.into_iter().flat_map(|m| m.values()) {
+                if e["Type"] != "SQS" {
+                    continue;
+                }
+                queues += 1;
+                let max = &e["Properties"]["ScalingConfig"]["MaximumConcurrency"];
+                assert_eq!(
+                    referenced_id(max).as_deref(),
+                    Some("WorkerMaximumConcurrency"),
+                    "{id:?}"
+                );
             }
+        }
+        assert_eq!(queues, 2);
+    }
+
+    /// MCP's `execute_plan` is paced to what API Gateway throttles `POST /actions/execute`
+    /// with: the MCP function's pace is the same two parameters, and only it has one.
+    #[test]
+    fn the_mcp_function_paces_execute_plan_as_the_gateway_throttles_execute() {
+        let t = tpl();
+        let doc: Value = serde_yaml::from_str(TEMPLATE).expect("the template is YAML");
+        let execute_route = doc["Resources"]["Api"]["Properties"]["MethodSettings"]
+            .as_sequence()
+            .expect("MethodSettings")
+            .iter()
+            .find(|m| m["ResourcePath"] == "/~1api~1internal~1v1~1mastra~1actions~1execute")
+            .expect("the execute route's throttle");
+        assert_eq!(
+            (
+                ref_to(execute_route.get("ThrottlingRateLimit")).as_deref(),
+                ref_to(execute_route.get("ThrottlingBurstLimit")).as_deref()
+            ),
+            (Some("ExecuteThrottleRate"), Some("ExecuteThrottleBurst"))
+        );
+        for f in &t.functions {
+            let pace = (
+                ref_to(f.env.get("AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND")),
+                ref_to(f.env.get("AIRLOCK_MCP_EXECUTE_BURST")),
+            );
+            if f.binary.as_deref() == Some("mcp") {
+                assert_eq!(
+                    (pace.0.as_deref(), pace.1.as_deref()),
+                    (Some("ExecuteThrottleRate"), Some("ExecuteThrottleBurst"))
+                );
+            } else {
+                assert_eq!(pace, (None, None), "{}", f.logical_id);
+            }
+        }
+    }
+
+    /// The failing assertions of the template's rules in a deployment with `params` (every
+    /// other parameter at its default).
+    fn rules_refusing(params: &[(&str, &str)]) -> Vec<String> {
+        let t = tpl();
+        let doc: Value = serde_yaml::from_str(TEMPLATE).expect("the template is YAML");
+        let mut all: BTreeMap<String, String> = [
+            ("VpcEndpointId", "vpce-0a1b2c3d4e5f60718"),
+            ("ServiceIssuer", "https://idp.firm.test/mastra"),
+            ("ServiceJwksUrl", "https://idp.firm.test/mastra/jwks.json"),
+            ("OperatorIssuer", "https://sso.firm.test/operators"),
+            ("OperatorJwksUrl", "https://sso.firm.test/operators/jwks.json"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        all.extend(params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let mut out = Vec::new();
+        for (name, rule) in doc["Rules"].as_mapping().expect("Rules") {
+            if let Some(c) = rule.get("RuleCondition") {
+                if !t.holds(c, &all, 0).expect("a rule condition") {
+                    continue;
+                }
+            }
+            for a in rule["Assertions"].as_sequence().expect("Assertions") {
+                if !t.holds(&a["Assert"], &all, 0).expect("an assertion") {
+                    out.push(format!(
+                        "{}: {}",
+                        name.as_str().unwrap_or_default(),
+                        a["AssertDescription"].as_str().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The approval page's origin is its own domain (ApprovalDomainName with a certificate:
+    /// one deploy) or ApprovalOrigin (the default endpoint, known after a first deploy),
+    /// exactly one; the rules refuse the rest before anything is created. The domain and its
+    /// mapping exist only with a domain, and the origin every function gets follows.
+    #[test]
+    fn the_approval_page_gets_its_own_domain_only_when_asked() {
+        const ARN: &str = "arn:aws:acm:eu-west-1:123456789012:certificate/0f1e2d3c-aaaa-bbbb-cccc-0123456789ab";
+        let domain = ("ApprovalDomainName", "approvals.desk.firm.test");
+        let refused = |p: &[(&str, &str)]| rules_refusing(p);
+        // Neither: no origin.
+        let none = refused(&[]);
+        assert!(
+            none.iter().any(|r| r.starts_with("ApprovalOriginOrDomain:")),
+            "{none:?}"
+        );
+        // The two-deploy path: the origin, no domain.
+        assert_eq!(
+            refused(&[("ApprovalOrigin", "https://abc123.execute-api.eu-west-1.amazonaws.com")]),
+            Vec::<String>::new()
+        );
+        // samconfig.toml's placeholder is still refused.
+        assert_eq!(
+            refused(&[("ApprovalOrigin", "https://approvals.example.com")]).len(),
+            1
+        );
+        // The one-deploy path: a domain and its certificate.
+        assert_eq!(
+            refused(&[domain, ("ApprovalCertificateArn", ARN)]),
+            Vec::<String>::new()
+        );
+        // A domain without a certificate, or with an origin beside it.
+        let r = refused(&[domain]);
+        assert!(
+            r.len() == 1 && r[0].contains("needs ApprovalCertificateArn"),
+            "{r:?}"
+        );
+        let r = refused(&[
+            domain,
+            ("ApprovalCertificateArn", ARN),
+            ("ApprovalOrigin", "https://other.firm.test"),
+        ]);
+        assert!(
+            r.len() == 1 && r[0].contains("leave ApprovalOrigin empty"),
+            "{r:?}"
+        );
+
+        let t = tpl();
+        let with = BTreeMap::from([(domain.0.to_string(), domain.1.to_string())]);
+        assert_eq!(t.condition_holds("HasApprovalDomain", &BTreeMap::new()), Ok(false));
+        assert_eq!(t.condition_holds("HasApprovalDomain", &with), Ok(true));
+        let doc: Value = serde_yaml::from_str(TEMPLATE).expect("the template is YAML");
+        let res = &doc["Resources"];
+        let d = &res["ApprovalsDomain"];
+        assert_eq!(d["Type"], Value::from("AWS::ApiGatewayV2::DomainName"));
+        assert_eq!(d["Condition"], Value::from("HasApprovalDomain"));
+        let conf = &d["Properties"]["DomainNameConfigurations"][0];
+        assert_eq!(conf["EndpointType"], Value::from("REGIONAL"));
+        assert_eq!(
+            referenced_id(&conf["CertificateArn"]).as_deref(),
+            Some("ApprovalCertificateArn")
+        );
+        let m = &res["ApprovalsApiMapping"];
+        assert_eq!(m["Type"], Value::from("AWS::ApiGatewayV2::ApiMapping"));
+        assert_eq!(m["Condition"], Value::from("HasApprovalDomain"));
+        assert_eq!(
+            referenced_id(&m["Properties"]["ApiId"]).as_deref(),
+            Some("ApprovalsApi")
+        );
+        assert_eq!(
+            referenced_id(&m["Properties"]["DomainName"]).as_deref(),
+            Some("ApprovalsDomain")
+        );
+        let out = &doc["Outputs"]["ApprovalDomainTarget"];
+        assert_eq!(out["Condition"], Value::from("HasApprovalDomain"));
+        assert_eq!(
+            out["Value"],
+            serde_yaml::from_str::<Value>("!GetAtt ApprovalsDomain.RegionalDomainName").unwrap()
+        );
+        // Every function (plans name the page; the approvals function is its relying party)
+        // gets the domain's origin with a domain, ApprovalOrigin without.
+        let origin: Value = serde_yaml::from_str(
+            "!If [HasApprovalDomain, !Sub \"https://${ApprovalDomainName}\", !Ref ApprovalOrigin]",
+        )
+        .unwrap();
+        for f in &t.functions {
+            assert_eq!(
+                f.env.get("AIRLOCK_APPROVAL_ORIGIN"),
+                Some(&origin),
+                "{}",
+                f.logical_id
+            );
         }
     }
 
