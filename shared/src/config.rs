@@ -15,7 +15,7 @@ pub struct Config {
     pub now: Option<chrono::DateTime<chrono::Utc>>,
     /// The role table: `AIRLOCK_ROLES_FILE` (a file) or `AIRLOCK_ROLES` (the text itself);
     /// the contract's `viewer < trader < head_trader < admin` when neither is set.
-    pub roles: crate::auth::RoleTable,
+    pub roles: crate::core::auth::RoleTable,
     /// `AIRLOCK_CURSOR_KEY` (base64, at least 32 bytes): the cursor MAC key every function
     /// of a deployment shares; unset, a key file in the state dir.
     pub cursor_key: Option<Secret>,
@@ -34,7 +34,7 @@ pub struct Config {
     pub service_audience_claim: String,
     pub operator_audience_claim: String,
     /// Where roles, desks and scopes live in the providers' tokens.
-    pub claims: crate::auth::ClaimNames,
+    pub claims: crate::core::auth::ClaimNames,
     /// How long a fetched JWKS is trusted before it is fetched again, seconds.
     pub jwks_cache_s: u32,
     /// The least time between two fetches triggered by an unknown `kid`, seconds.
@@ -155,7 +155,7 @@ impl Default for Config {
             state_dir: PathBuf::from(".airlock"),
             backend: Backend::Aws,
             now: None,
-            roles: crate::auth::RoleTable::default(),
+            roles: crate::core::auth::RoleTable::default(),
             cursor_key: None,
             aws: AwsConfig::default(),
             service_issuer: DEFAULT_SERVICE_ISSUER.into(),
@@ -166,7 +166,7 @@ impl Default for Config {
             operator_jwks_url: None,
             service_audience_claim: "aud".into(),
             operator_audience_claim: "aud".into(),
-            claims: crate::auth::ClaimNames::default(),
+            claims: crate::core::auth::ClaimNames::default(),
             jwks_cache_s: 600,
             jwks_refetch_cooldown_s: 30,
             confirmation_audience: DEFAULT_CONFIRMATION_AUDIENCE.into(),
@@ -238,7 +238,7 @@ fn mcp_execute_rate() -> Result<Option<f64>, ConfigError> {
 fn jwks_url(name: &'static str) -> Result<Option<String>, ConfigError> {
     match var(name) {
         None => Ok(None),
-        Some(url) => crate::auth::jwks::check_url(url.trim())
+        Some(url) => crate::core::auth::jwks::check_url(url.trim())
             .map(|()| Some(url.trim().to_string()))
             .map_err(|message| ConfigError { var: name, message }),
     }
@@ -262,11 +262,11 @@ fn claim_name(name: &'static str, default: &str) -> Result<String, ConfigError> 
 
 /// `AIRLOCK_SERVICE_TOKEN_MARKER`: what only a client-credentials token carries
 /// (`CLAIM=VALUE`, `CLAIM=@OTHER_CLAIM` or `none`; default `gty=client-credentials`).
-/// See [`crate::auth::ServiceMarker`].
-fn service_marker() -> Result<Option<crate::auth::ServiceMarker>, ConfigError> {
+/// See [`crate::core::auth::ServiceMarker`].
+fn service_marker() -> Result<Option<crate::core::auth::ServiceMarker>, ConfigError> {
     let v = var("AIRLOCK_SERVICE_TOKEN_MARKER")
-        .unwrap_or_else(|| crate::auth::DEFAULT_SERVICE_MARKER.to_string());
-    crate::auth::ServiceMarker::parse(&v).map_err(|message| ConfigError {
+        .unwrap_or_else(|| crate::core::auth::DEFAULT_SERVICE_MARKER.to_string());
+    crate::core::auth::ServiceMarker::parse(&v).map_err(|message| ConfigError {
         var: "AIRLOCK_SERVICE_TOKEN_MARKER",
         message,
     })
@@ -289,6 +289,15 @@ impl std::str::FromStr for Backend {
         }
     }
 }
+
+/// The most operation timeouts one API request can wait out before it answers. A stalled
+/// call fails the request, after at most one more call: the re-read after a commit whose
+/// outcome is unknown, or giving the key back after a failed send. So a request waits on
+/// at most two stalled calls; four leaves room for the fast calls before them (a first
+/// execute makes three in all). With each call bounded by the operation timeout, a request
+/// with stalled calls still answers (503) before its function's timeout; a test checks
+/// this against the template.
+pub const MAX_SEQUENTIAL_CALLS: u64 = 4;
 
 /// The AWS backend's settings. Names: `AIRLOCK_RESOURCE_PREFIX` (before every default
 /// name, so several stacks or test runs share one account or emulator), and every set
@@ -388,7 +397,7 @@ fn now() -> Result<Option<chrono::DateTime<chrono::Utc>>, ConfigError> {
     }
 }
 
-fn roles() -> Result<crate::auth::RoleTable, ConfigError> {
+fn roles() -> Result<crate::core::auth::RoleTable, ConfigError> {
     let (name, text) = match (var("AIRLOCK_ROLES_FILE"), var("AIRLOCK_ROLES")) {
         (Some(path), _) => (
             "AIRLOCK_ROLES_FILE",
@@ -398,9 +407,9 @@ fn roles() -> Result<crate::auth::RoleTable, ConfigError> {
             })?,
         ),
         (None, Some(text)) => ("AIRLOCK_ROLES", text),
-        (None, None) => return Ok(crate::auth::RoleTable::default()),
+        (None, None) => return Ok(crate::core::auth::RoleTable::default()),
     };
-    crate::auth::RoleTable::parse(&text).map_err(|message| ConfigError { var: name, message })
+    crate::core::auth::RoleTable::parse(&text).map_err(|message| ConfigError { var: name, message })
 }
 
 fn cursor_key() -> Result<Option<Secret>, ConfigError> {
@@ -421,13 +430,13 @@ fn cursor_key() -> Result<Option<Secret>, ConfigError> {
     Ok(Some(Secret(k)))
 }
 
-/// `AIRLOCK_CONFIRMATION_PUBLIC_KEY`, parsed ([`crate::token::parse_public_key`]). The
+/// `AIRLOCK_CONFIRMATION_PUBLIC_KEY`, parsed ([`crate::core::token::parse_public_key`]). The
 /// error never quotes the value (a private key pasted by mistake stays out of the logs).
 fn confirmation_public_key() -> Result<Option<p256::PublicKey>, ConfigError> {
     const VAR: &str = "AIRLOCK_CONFIRMATION_PUBLIC_KEY";
     match var(VAR) {
         None => Ok(None),
-        Some(v) => crate::token::parse_public_key(&v)
+        Some(v) => crate::core::token::parse_public_key(&v)
             .map(Some)
             .map_err(|message| ConfigError { var: VAR, message }),
     }
@@ -484,7 +493,7 @@ impl Config {
             operator_jwks_url: jwks_url("AIRLOCK_OPERATOR_JWKS_URL")?,
             service_audience_claim: claim_name("AIRLOCK_SERVICE_AUDIENCE_CLAIM", "aud")?,
             operator_audience_claim: claim_name("AIRLOCK_OPERATOR_AUDIENCE_CLAIM", "aud")?,
-            claims: crate::auth::ClaimNames {
+            claims: crate::core::auth::ClaimNames {
                 scope_prefix: var("AIRLOCK_SERVICE_SCOPE_PREFIX").unwrap_or_default(),
                 roles: claim_name("AIRLOCK_OPERATOR_ROLES_CLAIM", "roles")?,
                 desks: claim_name("AIRLOCK_OPERATOR_DESKS_CLAIM", "desks")?,

@@ -1,36 +1,34 @@
 //! Airlock: the trade-safety backend a Mastra agent uses as its only tool backend.
 //!
-//! One module per concern (see the README, `docs/CONTRACT.md` and `docs/DECISIONS.md`):
-//! `domain` (types, CL contracts, calendar, fills, portfolio figures), `policy` (risk
-//! checks, the control record), `records` (what the ports store), `protocol` (the use
-//! cases: plan, execute, reads, approvals, portfolio, limits, control, the MCP tools),
-//! `worker` (the order and job workers, the in-process consumer, the SQS Lambda loop, the
-//! sweeper, the dead-letter sweep), `token` (confirmation JWS), `auth` (service and
-//! operator JWTs, JWKS, roles, desks), `ports` (small async traits per capability),
-//! `adapters` (SQLite; DynamoDB, SQS and KMS; the paper broker; the local signer and key
-//! files), `http` (request parsing, the OpenAPI document, serving, and the one place errors
-//! become HTTP), `handlers` (the REST routes, MCP, the approval page), `app` (wiring),
-//! `config`, `clock`, `error`, `metrics`, `telemetry` (logs), `pagination` (cursors),
-//! `parse`, `failpoint` (tests), `seed` (demo data).
+//! The tree is the architecture (README, "Layout"):
+//!
+//! - [`core`]: what Airlock decides. The domain (CL contracts, the calendar, payloads), the
+//!   risk policy, the records it keeps, the ports (small async traits per capability) and the
+//!   use cases (plan, execute, approvals, reads, the workers and the sweeper). It imports
+//!   nothing from `adapters`, `doors` or `app`.
+//! - [`adapters`]: where it is stored and sent. The embedded backend (SQLite, the in-process
+//!   queue, a local signing key), the AWS backend (DynamoDB, SQS, KMS), the paper broker, the
+//!   outbound HTTP client. Each implements ports; none decides anything.
+//! - [`doors`]: where a request enters. HTTP (the REST routes, parsing, the one place errors
+//!   become HTTP, the OpenAPI document), MCP, the approval page, and the queue and sweeper
+//!   Lambda entry points. Each turns its input into a use case call and its answer back.
+//! - [`app`]: the wiring. Builds the ports for a backend from the typed config and hands the
+//!   use cases to the doors; the demo seed.
+//! - Cross-cutting, importing only `core`: [`config`] (typed settings from the
+//!   environment), [`telemetry`] (one span per request or record), [`metrics`], [`failpoint`]
+//!   (fault injection for the crash tests, off unless built with the feature).
+//!
+//! `layering::the_module_graph_has_no_cycle_and_keeps_its_layers` checks these rules on
+//! every test run.
 
 pub mod adapters;
 pub mod app;
-pub mod auth;
-pub mod clock;
 pub mod config;
-pub mod domain;
-pub mod error;
+pub mod core;
+pub mod doors;
 pub mod failpoint;
-pub mod handlers;
-pub mod http;
 pub mod metrics;
-pub mod pagination;
-pub mod parse;
-pub mod policy;
-pub mod ports;
-pub mod protocol;
-pub mod records;
-pub mod seed;
 pub mod telemetry;
-pub mod token;
-pub mod worker;
+
+#[cfg(test)]
+mod layering;

@@ -443,10 +443,10 @@ pub fn flush_emf() {
 /// letters and the age of its oldest waiting message (when the queue can tell), and the
 /// kill switch. Read when `/metrics` is scraped, and on each sweeper pass (Lambda).
 pub async fn observe_state(
-    queue: &dyn crate::ports::Queue,
-    control: &dyn crate::ports::ControlStore,
-    now: crate::domain::Millis,
-) -> Result<(), crate::error::ApiError> {
+    queue: &dyn crate::core::ports::Queue,
+    control: &dyn crate::core::ports::ControlStore,
+    now: crate::core::domain::Millis,
+) -> Result<(), crate::core::error::ApiError> {
     for d in queue.depth().await? {
         let q = d.queue.short_name();
         metrics::gauge!(QUEUE_DEPTH, "queue" => q).set((d.waiting + d.in_flight) as f64);

@@ -31,7 +31,7 @@ async fn died_on_every_receive(b: Backend) -> (Stack, Resp, i64) {
     assert_eq!(r.status, 202, "{:?}", r.body);
     let mut stack = s.crash();
     // Every receive dies the same way.
-    for _ in 0..airlock::records::MAX_RECEIVES {
+    for _ in 0..airlock::core::records::MAX_RECEIVES {
         stack = stack.start(&env).wait_exit(Duration::from_secs(30));
     }
     (stack, r, before)

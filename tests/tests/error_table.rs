@@ -1,4 +1,4 @@
-//! The contract's error table, end to end: every code of `airlock::error::Code::ALL` is
+//! The contract's error table, end to end: every code of `airlock::core::error::Code::ALL` is
 //! provoked over HTTP, on both backends, and each answer is checked against the committed
 //! OpenAPI document (`airlock_tests::contract`): a status the operation documents, a body
 //! of its schema with a code it lists for that status, the headers it declares (the
@@ -16,8 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use airlock::error::Code;
-use airlock::http::error::status_of;
+use airlock::core::error::Code;
+use airlock::doors::http::error::status_of;
 use airlock_tests::passkey::{enroll, ApprovalClient, Passkey};
 use airlock_tests::{both, contract, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use reqwest::header::HeaderMap;

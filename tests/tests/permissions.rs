@@ -50,7 +50,7 @@ use airlock::adapters::aws::template::{
 use airlock::adapters::aws::{clients, shapes, Aws, KmsSigner, Names};
 use airlock::app::Ports;
 use airlock::config::AwsConfig;
-use airlock::domain::{Order, OrderStatus, Position};
+use airlock::core::domain::{Order, OrderStatus, Position};
 use airlock_tests::idp::{Idp, Key};
 use airlock_tests::lambda::{
     apigw_rest_event, function_binary, response_parts, FakeClock, FunctionProcess, LambdaEmulator,
@@ -905,7 +905,7 @@ impl World {
     }
 
     /// The unsent action executed with `key`.
-    fn unsent(&self, key: &str) -> airlock::records::ActionRecord {
+    fn unsent(&self, key: &str) -> airlock::core::records::ActionRecord {
         self.block(self.ports.actions.list_unsent(i64::MAX, 1000))
             .expect("list unsent")
             .into_iter()
@@ -1020,7 +1020,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let now_ms = chrono::DateTime::parse_from_rfc3339(MARKET_OPEN)
         .expect("MARKET_OPEN")
         .timestamp_millis();
-    let [c1, c2, c3] = airlock::seed::demo_contracts(now_ms).map(|c| c.symbol());
+    let [c1, c2, c3] = airlock::app::seed::demo_contracts(now_ms).map(|c| c.symbol());
     let me = trader("op-energy-trader");
     let head = Op {
         sub: "op-head-trader",
@@ -1199,7 +1199,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     // With p6a's and the approved order's.
     assert_eq!(l.drain(shapes::ORDERS_QUEUE.logical_id, "worker-orders"), 3);
     assert_eq!(w.order_status(&order_id(&x9)), OrderStatus::Working);
-    let price = airlock::domain::Price::parse("67.50").expect("price");
+    let price = airlock::core::domain::Price::parse("67.50").expect("price");
     w.block(
         w.ports
             .paper
@@ -1217,10 +1217,10 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let p10 = l.plan(&desk2, "positions.sync", json!({"account_id": "ACC-2"}));
     let x10 = l.accepted(&desk2, &p10, "perm-x10");
     let job_id = x10["resource_refs"]["job_id"].as_str().expect("job id");
-    w.block(w.ports.read_models.put_jobs(&[airlock::domain::Job {
+    w.block(w.ports.read_models.put_jobs(&[airlock::core::domain::Job {
         job_id: job_id.into(),
-        kind: airlock::domain::JobKind::PositionsSync,
-        status: airlock::domain::JobStatus::Running,
+        kind: airlock::core::domain::JobKind::PositionsSync,
+        status: airlock::core::domain::JobStatus::Running,
         account_id: Some("ACC-2".into()),
         action_id: x10["action_id"].as_str().map(String::from),
         created_at: now_ms,
@@ -1242,7 +1242,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let claimed = Order {
         filled_quantity: 0,
         avg_fill_price: None,
-        terms: airlock::domain::OrderTerms {
+        terms: airlock::core::domain::OrderTerms {
             symbol: c2.clone(),
             ..claimed.terms
         },
@@ -1393,10 +1393,10 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     w.block(w.ports.workers.create_order(&claimed_order))
         .expect("the claimed order");
     let at_broker = w
-        .block(w.ports.broker.submit(&airlock::ports::broker::BrokerOrder {
+        .block(w.ports.broker.submit(&airlock::core::ports::broker::BrokerOrder {
             client_order_id: claimed_order.order_id.clone(),
             terms: claimed_order.terms.clone(),
-            status: airlock::ports::broker::BrokerStatus::Working,
+            status: airlock::core::ports::broker::BrokerStatus::Working,
             filled_quantity: 0,
             avg_fill_price: None,
             reason: None,
@@ -1405,7 +1405,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .expect("the broker's order");
     assert_eq!(
         at_broker.status,
-        airlock::ports::broker::BrokerStatus::Filled,
+        airlock::core::ports::broker::BrokerStatus::Filled,
         "{at_broker:?}"
     );
     w.dead_letter(&xf_id);
@@ -1417,10 +1417,10 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .as_str()
         .expect("job id")
         .to_string();
-    let running = airlock::domain::Job {
+    let running = airlock::core::domain::Job {
         job_id: xs_job.clone(),
-        kind: airlock::domain::JobKind::PositionsSync,
-        status: airlock::domain::JobStatus::Running,
+        kind: airlock::core::domain::JobKind::PositionsSync,
+        status: airlock::core::domain::JobStatus::Running,
         account_id: Some("ACC-1".into()),
         action_id: Some(xs_id.clone()),
         created_at: now_ms,
@@ -1446,14 +1446,14 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .block(w.ports.actions.get_action(&e2.action_id))
         .expect("action")
         .expect("e2");
-    assert_eq!(e2.status, airlock::domain::ActionStatus::Failed, "{e2:?}");
+    assert_eq!(e2.status, airlock::core::domain::ActionStatus::Failed, "{e2:?}");
     let dead = w
         .block(w.ports.actions.get_action(&xd_id))
         .expect("action")
         .expect("the dead-lettered action");
     assert_eq!(
         dead.status,
-        airlock::domain::ActionStatus::Failed,
+        airlock::core::domain::ActionStatus::Failed,
         "{dead:?}"
     );
     assert!(
@@ -1469,7 +1469,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .expect("xf");
     assert_eq!(
         filled.status,
-        airlock::domain::ActionStatus::Succeeded,
+        airlock::core::domain::ActionStatus::Succeeded,
         "{filled:?}"
     );
     assert_eq!(w.order_status(&order_id(&xf)), OrderStatus::Filled);
@@ -1479,14 +1479,14 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .expect("xs");
     assert_eq!(
         synced.status,
-        airlock::domain::ActionStatus::Failed,
+        airlock::core::domain::ActionStatus::Failed,
         "{synced:?}"
     );
     // Creating it again reads the stored one back.
     let job = w
         .block(w.ports.workers.create_job(&running))
         .expect("the stored job");
-    assert_eq!(job.status, airlock::domain::JobStatus::Failed, "{job:?}");
+    assert_eq!(job.status, airlock::core::domain::JobStatus::Failed, "{job:?}");
     w.cli(true, &[], &["kill-switch", "release"]);
     Audited {
         action_id: action.to_string(),
@@ -1637,7 +1637,7 @@ fn tour_mcp(w: &World, l: &mut Lambdas, symbol: &str, action_id: &str) {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    let every: Vec<&str> = airlock::protocol::tools::catalog()
+    let every: Vec<&str> = airlock::doors::mcp::tools::catalog()
         .iter()
         .map(|t| t.name)
         .collect();
@@ -1810,15 +1810,15 @@ fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
         .expect("get plan")
         .expect("the plan");
     let now = w.clock.now_s() * 1000;
-    let approval = airlock::records::Approval {
-        decision: airlock::records::ApprovalDecision::Approved,
+    let approval = airlock::core::records::Approval {
+        decision: airlock::core::records::ApprovalDecision::Approved,
         approver: APPROVER.into(),
         credential_id: "perm-mcp-passkey".into(),
         user_verified: true,
         payload_hash: plan.payload_hash.clone(),
         at: now,
     };
-    let audit = airlock::records::AuditRecord {
+    let audit = airlock::core::records::AuditRecord {
         audit_id: format!("aud-perm-mcp-{now}"),
         at: now,
         event: "approval".into(),
@@ -1848,7 +1848,7 @@ fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
     let recorded = w
         .block(w.ports.plans.record_approval(
             plan_id,
-            &airlock::records::ApprovalChange {
+            &airlock::core::records::ApprovalChange {
                 seen: 0,
                 approvals: vec![approval.clone()],
                 decision: Some(approval.clone()),

@@ -12,19 +12,19 @@ use airlock::adapters::keys;
 use airlock::adapters::local_signer::LocalSigner;
 use airlock::adapters::sqlite::Sqlite;
 use airlock::app::Ports;
-use airlock::auth::DeskScope;
+use airlock::core::auth::DeskScope;
 use airlock::config::AwsConfig;
-use airlock::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
-use airlock::domain::{
+use airlock::core::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
+use airlock::core::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Job, JobKind,
     JobStatus, Millis, Order, OrderStatus, OrderTerms, OrderType, Position, QueueTarget, Side,
     TimeInForce,
 };
-use airlock::ports::{
+use airlock::core::ports::{
     ActionMove, CommitOutcome, Conflict, ExecuteCommit, KeyCondition, Page, PaperBookStore,
     PlanChange, PositionChange, PositionsReplacement, Reservation, Signer, Stored,
 };
-use airlock::records::{
+use airlock::core::records::{
     ActionRecord, Approval, ApprovalChange, ApprovalDecision, AuditRecord, Control, Decision,
     KeyRecord, KeyState, PlanRecord, PlanStatus, QueueMessage, RateState, ResourceRefs, Trace,
     QUEUE_MESSAGE_SCHEMA, RATE_WINDOW_MS,
@@ -166,7 +166,7 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         chat_context: serde_json::json!({}),
         request_id: "req".into(),
         reference_price: None,
-        confirmation: airlock::policy::ConfirmationMode::Token,
+        confirmation: airlock::core::policy::ConfirmationMode::Token,
         four_eyes: false,
         notional: None,
         approval: None,
@@ -723,7 +723,7 @@ async fn commit_enforces_the_rate_cap(b: Backend) {
     assert_eq!(snap("k-r").await.count, 2, "a refused execute counted");
     // An increment computed for another bucket conflicts too.
     let mut wrong = bare("k-rate-4");
-    wrong.rate = Some(airlock::records::RateUpdate {
+    wrong.rate = Some(airlock::core::records::RateUpdate {
         bucket: RateState::bucket_of(NOW) - RATE_WINDOW_MS,
         expected_bucket: RateState::bucket_of(NOW) - RATE_WINDOW_MS,
         ..second
@@ -947,7 +947,7 @@ async fn control_writes_are_versioned(b: Backend) {
     c2.trade_execute_enabled = true;
     c2.rollout.insert(
         "order.cancel".into(),
-        airlock::records::RolloutMode::PlanOnly,
+        airlock::core::records::RolloutMode::PlanOnly,
     );
     c2.reason = None;
     assert!(
@@ -1700,7 +1700,7 @@ async fn action_index_attributes(e: &Env) -> Vec<(String, Option<String>, Option
 async fn unsent_actions_spread_over_the_index_shards() {
     let e = env(Backend::Aws).await;
     for i in 0..64 {
-        let id = airlock::domain::new_id("act", NOW);
+        let id = airlock::core::domain::new_id("act", NOW);
         unsent_action(&e, &id, NOW + i, None).await;
     }
     let items = action_index_attributes(&e).await;
@@ -2176,7 +2176,7 @@ async fn the_price_table_is_decoded_once_per_change(b: Backend) {
 
     let mine = &e.p.paper;
     let other = airlock::adapters::paper_broker::PaperBroker::new(e.book.clone());
-    let price = |s: &str| airlock::domain::Price::parse(s).unwrap();
+    let price = |s: &str| airlock::core::domain::Price::parse(s).unwrap();
     assert_eq!(mine.prices().await.unwrap()["CLF27"], price("68.40"));
     let set = std::collections::BTreeMap::from([("CLF27".to_string(), price("70.10"))]);
     other.set_prices(&set).await.unwrap();
@@ -2198,10 +2198,10 @@ both!(the_price_table_is_decoded_once_per_change);
 /// lost or counted twice.
 async fn the_paper_broker_fills_concurrent_orders_on_one_account(b: Backend) {
     use airlock::adapters::paper_broker::PaperBroker;
-    use airlock::ports::broker::{Broker, BrokerOrder, BrokerStatus};
+    use airlock::core::ports::broker::{Broker, BrokerOrder, BrokerStatus};
     let e = env(b).await;
     let months = ["CLF27", "CLG27", "CLH27", "CLJ27", "CLK27", "CLM27"];
-    let price = airlock::domain::Price::parse("68.40").unwrap();
+    let price = airlock::core::domain::Price::parse("68.40").unwrap();
     let table = months.iter().map(|m| (m.to_string(), price)).collect();
     e.p.paper.set_prices(&table).await.unwrap();
     let other = Arc::new(PaperBroker::new(e.book.clone()));
@@ -2277,7 +2277,7 @@ both!(the_paper_broker_fills_concurrent_orders_on_one_account);
 /// `NOW` (the listings are newest, that is latest expiry, first).
 fn awaiting(plan_id: &str, by: &str, four_eyes: bool, exp_s: i64) -> PlanRecord {
     let mut p = plan(plan_id, "ACC-1", PlanStatus::Planned);
-    p.confirmation = airlock::policy::ConfirmationMode::Operator;
+    p.confirmation = airlock::core::policy::ConfirmationMode::Operator;
     p.requested_by = by.into();
     p.four_eyes = four_eyes;
     p.expires_at = NOW + exp_s * 1000;

@@ -1,17 +1,15 @@
 //! Lambda entry point of the approval page (`/approvals/...`, on its own public API) and the
 //! admin-only `POST /operators/enrolments` (on the private API). State is built once per cold
-//! start; the handler is `airlock::handlers::approvals`, the same code `airlock serve` mounts.
+//! start; the handler is `airlock::doors::approval_page`, the same code `airlock serve` mounts.
 
-use airlock::{app, handlers, http, telemetry};
+use airlock::doors::http;
 
 // One invocation at a time: one thread, no work stealing (docs/DECISIONS.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    telemetry::init();
-    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
-    let state = app::from_env().await?;
+    let state = http::lambda_state(env!("CARGO_BIN_NAME")).await?;
     if let Err(why) = &state.approvals.webauthn {
         return Err(format!("AIRLOCK_APPROVAL_ORIGIN: {why}").into());
     }
-    lambda_http::run(http::app(handlers::approvals::routes(), state)).await
+    lambda_http::run(http::app(airlock::doors::approval_page::routes(), state)).await
 }

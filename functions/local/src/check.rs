@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use airlock::http::client::{HttpClient, HttpRequest};
-use airlock::http::BASE_PATH;
+use airlock::adapters::http_client::{HttpClient, HttpRequest};
+use airlock::doors::http::BASE_PATH;
 use serde_json::{json, Value};
 
 /// The whole run's budget: a healthy stage finishes well inside a minute.
@@ -440,8 +440,8 @@ const BOGUS_TOKEN: &str = "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9.eyJwbGFuX2lkIjoi
 /// The contract to plan on: two months after the front month on `today` (never in the
 /// close-only window), and one that expired two years ago (never executable).
 fn contracts(today: chrono::NaiveDate) -> (String, String) {
-    use airlock::domain::calendar::ExchangeCalendar;
-    use airlock::domain::cl::ClContract;
+    use airlock::core::domain::calendar::ExchangeCalendar;
+    use airlock::core::domain::cl::ClContract;
     use chrono::Datelike;
     let cal = ExchangeCalendar::cme();
     let tradeable = ClContract::front_month(today, cal)

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use airlock::app::{self, AppState, Backend};
-use airlock::clock::{OffsetClock, SharedClock};
+use airlock::core::clock::{OffsetClock, SharedClock};
 use airlock::config::Config;
-use airlock::domain::{human_time, ActionType};
-use airlock::protocol::control;
-use airlock::records::RolloutMode;
+use airlock::core::domain::{human_time, ActionType};
+use airlock::core::usecases::control;
+use airlock::core::records::RolloutMode;
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -86,7 +86,7 @@ async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
         Backend::Embedded => {
             let (state, db) = app::embedded(cfg.clone(), clock(&cfg))?;
             if db.is_empty().await.map_err(|e| e.to_string())? {
-                airlock::seed::load_demo_all(&state.ports, state.clock.now_ms())
+                airlock::app::seed::load_demo_all(&state.ports, state.clock.now_ms())
                     .await
                     .map_err(|e| e.to_string())?;
                 tracing::info!("seeded demo data");
@@ -102,18 +102,18 @@ pub async fn bootstrap(cfg: Config, demo_data: bool) -> Result<(), String> {
     }
     if demo_data {
         let st = app::aws(cfg.clone(), clock(&cfg), true).await?;
-        let page = airlock::ports::Page {
+        let page = airlock::core::ports::Page {
             after: None,
             limit: 1,
         };
         let any = st
             .ports
             .accounts
-            .list_accounts(&airlock::auth::DeskScope::All, &page)
+            .list_accounts(&airlock::core::auth::DeskScope::All, &page)
             .await
             .map_err(|e| e.to_string())?;
         if any.is_empty() {
-            airlock::seed::load_demo_all(&st.ports, st.clock.now_ms())
+            airlock::app::seed::load_demo_all(&st.ports, st.clock.now_ms())
                 .await
                 .map_err(|e| e.to_string())?;
             outln!("demo data: loaded");
@@ -184,26 +184,26 @@ pub async fn serve(
         state.config.state_dir.display(),
         state.approvals.origin
     );
-    let mut routes = airlock::handlers::all();
+    let mut routes = airlock::doors::catalog::all();
     // Limits on how long a client may take to send a request (slowloris).
-    let timeouts = airlock::http::serve::ReadTimeouts::from_config(&state.config);
+    let timeouts = airlock::doors::http::serve::ReadTimeouts::from_config(&state.config);
     match metrics_listener.filter(|_| metrics_on) {
         Some(l) => {
             let at = l.local_addr().map_err(|e| e.to_string())?;
-            outln!("metrics at http://{at}{}", airlock::handlers::metrics::PATH);
-            let app = airlock::handlers::metrics::routes().with_state(state.clone());
+            outln!("metrics at http://{at}{}", airlock::doors::http::routes::metrics::PATH);
+            let app = airlock::doors::http::routes::metrics::routes().with_state(state.clone());
             let never = std::future::pending();
-            tokio::spawn(airlock::http::serve::serve(l, app, timeouts, never));
+            tokio::spawn(airlock::doors::http::serve::serve(l, app, timeouts, never));
         }
         None if metrics_on && local.ip().is_loopback() => {
-            routes = routes.merge(airlock::handlers::metrics::routes());
+            routes = routes.merge(airlock::doors::http::routes::metrics::routes());
         }
         None => tracing::warn!(
             "not serving /metrics: the listener is not loopback; pass --metrics-addr 127.0.0.1:PORT"
         ),
     }
-    let app = airlock::http::app(routes, state);
-    airlock::http::serve::serve(listener, app, timeouts, shutdown()).await;
+    let app = airlock::doors::http::app(routes, state);
+    airlock::doors::http::serve::serve(listener, app, timeouts, shutdown()).await;
     Ok(())
 }
 
@@ -211,8 +211,8 @@ pub async fn serve(
 /// cores between it and the HTTP runtime's threads, so however many connections the API
 /// serves, the workers keep their share and a stream of executes cannot starve them.
 fn start_workers(state: &airlock::app::AppState) -> Result<(), String> {
-    use airlock::domain::QueueTarget;
-    use airlock::worker::consumer;
+    use airlock::core::domain::QueueTarget;
+    use airlock::core::usecases::worker::consumer;
     let opts = consumer::ConsumerOptions::from_config(&state.config);
     let (orders, jobs) = (state.consumer(), state.consumer());
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -249,7 +249,7 @@ async fn shutdown() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
-fn print_control(c: &airlock::records::Control) {
+fn print_control(c: &airlock::core::records::Control) {
     let state = if c.trade_execute_enabled {
         "released (trading enabled)"
     } else {
@@ -344,7 +344,7 @@ pub async fn audit(cfg: Config, backend: Backend, id: &str) -> Result<(), String
 
 pub async fn seed_orders(cfg: Config, backend: Backend, n: usize) -> Result<(), String> {
     let state = state(cfg, backend).await?;
-    airlock::seed::load_bulk_orders(state.ports.read_models.as_ref(), state.clock.now_ms(), n)
+    airlock::app::seed::load_bulk_orders(state.ports.read_models.as_ref(), state.clock.now_ms(), n)
         .await
         .map_err(|e| e.to_string())
 }
@@ -365,7 +365,7 @@ pub async fn queues(cfg: Config, backend: Backend) -> Result<(), String> {
 
 /// Moves every dead letter of `only` (or of both queues) back to its queue.
 pub async fn redrive(cfg: Config, backend: Backend, only: Option<&str>) -> Result<(), String> {
-    use airlock::domain::QueueTarget;
+    use airlock::core::domain::QueueTarget;
     let state = state(cfg, backend).await?;
     for q in [QueueTarget::Orders, QueueTarget::Jobs] {
         if only.is_some_and(|o| !q.as_str().ends_with(o)) {
@@ -392,7 +392,7 @@ pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), Strin
         .map_err(|e| e.to_string())?;
     eprintln!("kid: {}", signer.key_id());
     // The name the functions log the key under (AIRLOCK_CONFIRMATION_PUBLIC_KEY's too).
-    eprintln!("thumbprint: {}", airlock::token::jwk_thumbprint(&public));
+    eprintln!("thumbprint: {}", airlock::core::token::jwk_thumbprint(&public));
     out!("{pem}");
     Ok(())
 }
@@ -411,7 +411,7 @@ pub async fn policy(
         ("set", Some(path)) => {
             let text =
                 std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let p: airlock::policy::Policy =
+            let p: airlock::core::policy::Policy =
                 serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             p.validate()
                 .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -449,8 +449,8 @@ pub async fn prices(
     let state = state(cfg, backend).await?;
     let paper = &state.ports.paper;
     if let (Some(sym), Some(px)) = (&symbol, &price) {
-        let c = airlock::domain::cl::ClContract::parse(sym).map_err(|e| e.to_string())?;
-        let p = airlock::domain::Price::parse(px)?;
+        let c = airlock::core::domain::cl::ClContract::parse(sym).map_err(|e| e.to_string())?;
+        let p = airlock::core::domain::Price::parse(px)?;
         paper
             .set_prices(&std::collections::BTreeMap::from([(c.symbol(), p)]))
             .await
@@ -466,7 +466,7 @@ pub async fn prices(
     }
     for (s, p) in paper.prices().await.map_err(|e| e.to_string())?.iter() {
         if symbol.as_deref().is_none_or(|x| {
-            airlock::domain::cl::ClContract::parse(x)
+            airlock::core::domain::cl::ClContract::parse(x)
                 .map(|c| &c.symbol() == s)
                 .unwrap_or(false)
         }) {
@@ -482,7 +482,7 @@ pub async fn account_status(
     account: &str,
     status: &str,
 ) -> Result<(), String> {
-    let status: airlock::domain::AccountStatus = status
+    let status: airlock::core::domain::AccountStatus = status
         .parse()
         .map_err(|_| format!("unknown status {status}: use active, suspended or closed"))?;
     let state = state(cfg, backend).await?;
@@ -568,7 +568,7 @@ pub enum OperatorsCommand {
         #[arg(long, default_value = "")]
         desks: String,
         /// How long the link works, seconds (60 to 604800).
-        #[arg(long, default_value_t = airlock::protocol::approvals::DEFAULT_ENROLMENT_TTL_S)]
+        #[arg(long, default_value_t = airlock::core::usecases::approvals::DEFAULT_ENROLMENT_TTL_S)]
         ttl: u32,
     },
     /// List enrolled operators, their roles, desks and passkeys.

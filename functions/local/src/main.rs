@@ -233,7 +233,7 @@ fn main() -> std::process::ExitCode {
             Command::ConfirmationKey => commands::confirmation_key(cfg, backend).await,
             Command::Stats { url, window } => commands::stats(&url, window).await,
             Command::Openapi => {
-                out!("{}", airlock::handlers::openapi::text()?);
+                out!("{}", airlock::doors::catalog::text()?);
                 Ok(())
             }
             Command::Operators { action } => commands::operators(cfg, backend, action).await,

@@ -1,14 +1,11 @@
 //! Lambda entry point of the portfolio endpoints (`GET /portfolio`, `/portfolio/allocation`,
 //! `/portfolio/risk-flags`). State is built once per cold start; the handlers are
-//! `airlock::handlers::portfolio`, the same code `airlock serve` mounts.
+//! `airlock::doors::http::routes::portfolio`, the same code `airlock serve` mounts.
 
-use airlock::{app, handlers, http, telemetry};
+use airlock::doors::http;
 
 // One invocation at a time: one thread, no work stealing (docs/DECISIONS.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    telemetry::init();
-    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
-    let state = app::from_env().await?;
-    lambda_http::run(http::app(handlers::portfolio::routes(), state)).await
+    http::run_lambda(env!("CARGO_BIN_NAME"), airlock::doors::http::routes::portfolio::routes()).await
 }

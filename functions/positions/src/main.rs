@@ -1,13 +1,10 @@
 //! Lambda entry point of the `positions` endpoint. State is built once per cold start; the
-//! handler is `airlock::handlers::positions`, the same code `airlock serve` mounts.
+//! handler is `airlock::doors::http::routes::positions`, the same code `airlock serve` mounts.
 
-use airlock::{app, handlers, http, telemetry};
+use airlock::doors::http;
 
 // One invocation at a time: one thread, no work stealing (docs/DECISIONS.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    telemetry::init();
-    airlock::metrics::init_lambda(env!("CARGO_BIN_NAME"));
-    let state = app::from_env().await?;
-    lambda_http::run(http::app(handlers::positions::routes(), state)).await
+    http::run_lambda(env!("CARGO_BIN_NAME"), airlock::doors::http::routes::positions::routes()).await
 }

@@ -1,5 +1,5 @@
 //! Lambda entry point of the sweeper, run on a schedule (EventBridge): sends actions that
-//! were accepted but never queued. The same `airlock::worker::sweeper::Sweeper::sweep_once` runs on
+//! were accepted but never queued. The same `airlock::core::usecases::worker::sweeper::Sweeper::sweep_once` runs on
 //! a timer in `airlock serve`.
 
 use airlock::{app, telemetry};

@@ -6,8 +6,8 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 use p256::pkcs8::EncodePrivateKey;
 
-use crate::error::{StoreError, StoreResult};
-use crate::ports::Signer;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::Signer;
 
 pub struct LocalSigner {
     kid: String,

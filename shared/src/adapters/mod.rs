@@ -4,6 +4,9 @@
 //! with a P-256 key file; `keys` keeps local key files.
 
 pub mod aws;
+pub mod dev_issuer;
+pub mod http_client;
+pub mod jwks_http;
 pub mod keys;
 pub mod local_signer;
 pub mod paper_broker;

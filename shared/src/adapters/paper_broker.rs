@@ -42,11 +42,11 @@ use async_trait::async_trait;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::fills::try_apply_fill;
-use crate::domain::{OrderType, Price, Side, TimeInForce};
-use crate::error::{StoreError, StoreResult};
-use crate::ports::broker::{Broker, BrokerOrder, BrokerPosition, BrokerStatus};
-use crate::ports::{PaperBookStore, PaperDoc, Prices};
+use crate::core::domain::fills::try_apply_fill;
+use crate::core::domain::{OrderType, Price, Side, TimeInForce};
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::broker::{Broker, BrokerOrder, BrokerPosition, BrokerStatus};
+use crate::core::ports::{PaperBookStore, PaperDoc, Prices};
 
 pub const PRICES_KEY: &str = "prices";
 const MAX_ROUNDS: usize = 16;
@@ -640,7 +640,7 @@ mod tests {
     fn limits_and_stops_cross_the_reference() {
         let mut o = BrokerOrder {
             client_order_id: "o".into(),
-            terms: crate::domain::OrderTerms {
+            terms: crate::core::domain::OrderTerms {
                 account_id: "A".into(),
                 symbol: "CLF27".into(),
                 side: Side::Buy,
@@ -738,7 +738,7 @@ mod tests {
     fn new_order(id: &str, side: Side, order_type: OrderType, limit: Option<&str>) -> BrokerOrder {
         BrokerOrder {
             client_order_id: id.into(),
-            terms: crate::domain::OrderTerms {
+            terms: crate::core::domain::OrderTerms {
                 account_id: "ACC-1".into(),
                 symbol: "CLF27".into(),
                 side,

@@ -2,10 +2,10 @@
 
 use super::ddb::{from_body, s};
 use super::Aws;
-use crate::auth::DeskScope;
-use crate::domain::Account;
-use crate::error::StoreResult;
-use crate::ports::{AccountStore, Page};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Account;
+use crate::core::error::StoreResult;
+use crate::core::ports::{AccountStore, Page};
 use async_trait::async_trait;
 
 #[async_trait]

@@ -11,10 +11,10 @@ use super::shapes::{
 };
 use super::tables::built;
 use super::{unavailable, Aws};
-use crate::domain::Millis;
-use crate::error::{StoreError, StoreResult};
-use crate::ports::ActionStore;
-use crate::records::ActionRecord;
+use crate::core::domain::Millis;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::ActionStore;
+use crate::core::records::ActionRecord;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 

@@ -4,9 +4,9 @@
 
 use super::ddb::{self, from_body, n, opt_n, s, Item};
 use super::{unavailable, Aws};
-use crate::domain::Millis;
-use crate::error::StoreResult;
-use crate::ports::{ApprovalStore, Doc, DocKind};
+use crate::core::domain::Millis;
+use crate::core::error::StoreResult;
+use crate::core::ports::{ApprovalStore, Doc, DocKind};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::ReturnValue;
 

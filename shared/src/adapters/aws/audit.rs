@@ -3,9 +3,9 @@
 use super::ddb::{self, from_body, n, s, time_key, Item};
 use super::tables::NO_DESK;
 use super::{unavailable, Aws};
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{ActionStore, AuditLog};
-use crate::records::AuditRecord;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::{ActionStore, AuditLog};
+use crate::core::records::AuditRecord;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use std::collections::HashMap;

@@ -11,9 +11,9 @@
 use super::ddb::{self, from_body, n, s, Item};
 use super::tables::built;
 use super::Aws;
-use crate::error::StoreResult;
-use crate::ports::ControlStore;
-use crate::records::Control;
+use crate::core::error::StoreResult;
+use crate::core::ports::ControlStore;
+use crate::core::records::Control;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::builders::PutBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};

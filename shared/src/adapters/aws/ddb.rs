@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::domain::Millis;
-use crate::error::{StoreError, StoreResult};
+use crate::core::domain::Millis;
+use crate::core::error::{StoreError, StoreResult};
 
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -74,7 +74,7 @@ pub fn idempotency_pk(principal: &str, key: &str) -> String {
 /// they sum, so a condition can compare them (DynamoDB conditions cannot add attributes).
 pub fn exposure_update(
     table: &str,
-    d: &crate::domain::ExposureDelta,
+    d: &crate::core::domain::ExposureDelta,
 ) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
     aws_sdk_dynamodb::types::Update::builder()
         .table_name(table)
@@ -93,17 +93,17 @@ pub fn exposure_update(
 }
 
 /// The condition of a sync's exposure update: no order of the contract is between its
-/// claim for the broker and its record (see [`crate::domain::ExposureDelta::submitting`]).
+/// claim for the broker and its record (see [`crate::core::domain::ExposureDelta::submitting`]).
 pub const NONE_SUBMITTING: &str = "attribute_not_exists(submitting) OR submitting <= :zero";
 
-pub fn exposure_from_item(item: Option<&Item>) -> crate::domain::Exposure {
+pub fn exposure_from_item(item: Option<&Item>) -> crate::core::domain::Exposure {
     match item {
-        Some(i) => crate::domain::Exposure {
+        Some(i) => crate::core::domain::Exposure {
             position: opt_n(i, "position").unwrap_or(0),
             open_buy: opt_n(i, "open_buy").unwrap_or(0),
             open_sell: opt_n(i, "open_sell").unwrap_or(0),
         },
-        None => crate::domain::Exposure::default(),
+        None => crate::core::domain::Exposure::default(),
     }
 }
 

@@ -3,10 +3,10 @@
 use super::ddb::{self, from_body, s, time_key, Item};
 use super::tables::{before_key, NO_DESK};
 use super::Aws;
-use crate::auth::DeskScope;
-use crate::domain::Job;
-use crate::error::StoreResult;
-use crate::ports::{JobFilter, JobStore, Page, TimeKey};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Job;
+use crate::core::error::StoreResult;
+use crate::core::ports::{JobFilter, JobStore, Page, TimeKey};
 use async_trait::async_trait;
 use std::collections::HashMap;
 

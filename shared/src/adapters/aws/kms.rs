@@ -10,8 +10,8 @@ use aws_sdk_kms::types::{MessageType, SigningAlgorithmSpec};
 use p256::pkcs8::DecodePublicKey;
 
 use super::unavailable;
-use crate::error::{StoreError, StoreResult};
-use crate::ports::Signer;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::Signer;
 
 pub struct KmsSigner {
     client: aws_sdk_kms::Client,

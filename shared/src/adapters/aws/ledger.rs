@@ -8,13 +8,13 @@ use super::ddb::{self, idempotency_pk, n, opt_s, s, Item};
 use super::plans::plan_from_item;
 use super::tables::built;
 use super::{unavailable, Aws, ConditionFailure, Names};
-use crate::domain::Millis;
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{
+use crate::core::domain::Millis;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{KeyRecord, RateState, RateUpdate};
+use crate::core::records::{KeyRecord, RateState, RateUpdate};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -236,8 +236,8 @@ fn commit_items(
     // order's contracts are reserved in the same write.
     if let Some(r) = &c.reserve {
         let (attr, cmp, zero_fits) = match r.side {
-            crate::domain::Side::Buy => ("worst_long", "<=", r.bound >= 0),
-            crate::domain::Side::Sell => ("worst_short", ">=", r.bound <= 0),
+            crate::core::domain::Side::Buy => ("worst_long", "<=", r.bound >= 0),
+            crate::core::domain::Side::Sell => ("worst_short", ">=", r.bound <= 0),
         };
         let within = format!("{attr} {cmp} :bound");
         let expr = if zero_fits {

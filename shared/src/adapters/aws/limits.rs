@@ -11,10 +11,10 @@ use super::ddb::{self, n, s};
 use super::ledger::{rate_from_item, RateExpr};
 use super::tables::built;
 use super::{condition_failure, unavailable, Aws};
-use crate::domain::Millis;
-use crate::error::{StoreError, StoreResult};
-use crate::ports::limits::{Holds, LimitStore, PaceStep};
-use crate::records::{AuditRecord, RateState, RateUpdate};
+use crate::core::domain::Millis;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::limits::{Holds, LimitStore, PaceStep};
+use crate::core::records::{AuditRecord, RateState, RateUpdate};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 

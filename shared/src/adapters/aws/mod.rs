@@ -39,7 +39,7 @@ use aws_smithy_types::config_bag::ConfigBag;
 pub use kms::KmsSigner;
 
 use crate::config::AwsConfig;
-use crate::error::StoreError;
+use crate::core::error::StoreError;
 
 /// Records each SDK operation (`DynamoDB.TransactWriteItems`, `SQS.SendMessage`, ...), and
 /// the IAM permissions it needs when the test-only call log is on (see [`calls`]).
@@ -104,15 +104,6 @@ pub struct Aws {
     pub kms: aws_sdk_kms::Client,
     pub names: Arc<Names>,
 }
-
-/// The most operation timeouts one API request can wait out before it answers. A stalled
-/// call fails the request, after at most one more call: the re-read after a commit whose
-/// outcome is unknown, or giving the key back after a failed send. So a request waits on
-/// at most two stalled calls; four leaves room for the fast calls before them (a first
-/// execute makes three in all). With each call bounded by the operation timeout, a request
-/// with stalled calls still answers (503) before its function's timeout; a test checks
-/// this against the template.
-pub const MAX_SEQUENTIAL_CALLS: u64 = 4;
 
 /// Every call's limits (see [`AwsConfig`]): per attempt, for the call with its retries, and
 /// to connect.

@@ -4,10 +4,10 @@
 use super::ddb::{self, from_body, n, s, time_key, Item};
 use super::tables::before_key;
 use super::{unavailable, Aws};
-use crate::auth::DeskScope;
-use crate::domain::Order;
-use crate::error::StoreResult;
-use crate::ports::{OrderFilter, OrderStore, Page, TimeKey};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Order;
+use crate::core::error::StoreResult;
+use crate::core::ports::{OrderFilter, OrderStore, Page, TimeKey};
 use async_trait::async_trait;
 use std::collections::HashMap;
 

@@ -3,8 +3,8 @@
 use super::ddb::{self, n, s};
 use super::tables::built;
 use super::{is_condition_failure, unavailable, Aws};
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{PaperBookStore, PaperDoc};
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::{PaperBookStore, PaperDoc};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 

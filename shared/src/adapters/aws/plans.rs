@@ -4,11 +4,11 @@
 use super::audit::audit_put;
 use super::ddb::{self, from_body, get_s, n, opt_s, s, Item};
 use super::{unavailable, Aws};
-use crate::auth::DeskScope;
-use crate::domain::Millis;
-use crate::error::{StoreError, StoreResult};
-use crate::ports::PlanStore;
-use crate::records::{ApprovalChange, AuditRecord, PlanPosition, PlanRecord, PlanStatus};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Millis;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::PlanStore;
+use crate::core::records::{ApprovalChange, AuditRecord, PlanPosition, PlanRecord, PlanStatus};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use std::collections::HashMap;

@@ -4,10 +4,10 @@
 use super::ddb::{self, from_body, n, s, Item};
 use super::tables::built;
 use super::{unavailable, Aws};
-use crate::auth::DeskScope;
-use crate::domain::{Exposure, ExposureDelta, Position};
-use crate::error::StoreResult;
-use crate::ports::{AccountStore, Page, PositionStore};
+use crate::core::auth::DeskScope;
+use crate::core::domain::{Exposure, ExposureDelta, Position};
+use crate::core::error::StoreResult;
+use crate::core::ports::{AccountStore, Page, PositionStore};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use std::collections::HashMap;

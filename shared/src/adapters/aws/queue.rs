@@ -2,10 +2,10 @@
 //! standard jobs; the orders and jobs queue URLs come from the configuration.
 
 use super::{unavailable, Aws};
-use crate::domain::QueueTarget;
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{Delivery, Queue, QueueDepth};
-use crate::records::QueueMessage;
+use crate::core::domain::QueueTarget;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::{Delivery, Queue, QueueDepth};
+use crate::core::records::QueueMessage;
 use async_trait::async_trait;
 
 impl Aws {
@@ -206,7 +206,7 @@ impl Queue for Aws {
             // Received here, a dead letter's count includes these looks: the receives of
             // its source queue are the redrive policy's.
             out.extend(got.iter().filter_map(delivery).map(|d| Delivery {
-                receive_count: d.receive_count.min(crate::records::MAX_RECEIVES),
+                receive_count: d.receive_count.min(crate::core::records::MAX_RECEIVES),
                 ..d
             }));
         }

@@ -4,9 +4,9 @@ use super::ddb::{self, n, s, Item};
 use super::jobs::job_item;
 use super::orders::order_item;
 use super::Aws;
-use crate::domain::{Account, Exposure, Job, Order, Position};
-use crate::error::StoreResult;
-use crate::ports::ReadModelWriter;
+use crate::core::domain::{Account, Exposure, Job, Order, Position};
+use crate::core::error::StoreResult;
+use crate::core::ports::ReadModelWriter;
 use async_trait::async_trait;
 use std::collections::HashMap;
 

@@ -311,7 +311,7 @@ pub const ORDERS_QUEUE: QueueShape = QueueShape {
     fifo: true,
     dead_letter_name: "airlock-orders-dlq.fifo",
     dead_letter_env: "AIRLOCK_ORDERS_DEAD_LETTER_QUEUE_URL",
-    max_receive_count: crate::records::MAX_RECEIVES,
+    max_receive_count: crate::core::records::MAX_RECEIVES,
 };
 
 pub const JOBS_QUEUE: QueueShape = QueueShape {
@@ -321,7 +321,7 @@ pub const JOBS_QUEUE: QueueShape = QueueShape {
     fifo: false,
     dead_letter_name: "airlock-jobs-dlq",
     dead_letter_env: "AIRLOCK_JOBS_DEAD_LETTER_QUEUE_URL",
-    max_receive_count: crate::records::MAX_RECEIVES,
+    max_receive_count: crate::core::records::MAX_RECEIVES,
 };
 
 pub const QUEUES: &[QueueShape] = &[ORDERS_QUEUE, JOBS_QUEUE];

@@ -15,10 +15,10 @@ pub(super) const CONFLICT_BUDGET_MS: u64 = 400;
 pub(super) fn conflict_backoff_ceiling_ms(attempt: u32) -> u64 {
     (10u64 << attempt.saturating_sub(1).min(8)).min(100)
 }
-use crate::auth::DeskScope;
-use crate::domain::Account;
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{Stored, TimeKey};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Account;
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::{Stored, TimeKey};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, TransactWriteItem, WriteRequest};
 use std::collections::{BTreeSet, HashMap};
 

@@ -1046,10 +1046,10 @@ mod tests {
             check!(
                 out,
                 r.max_receive_count == s.max_receive_count
-                    && r.max_receive_count == crate::records::MAX_RECEIVES,
+                    && r.max_receive_count == crate::core::records::MAX_RECEIVES,
                 "{id}: maxReceiveCount {} (the workers treat receive {} as the last)",
                 r.max_receive_count,
-                crate::records::MAX_RECEIVES
+                crate::core::records::MAX_RECEIVES
             );
             dead_letters.insert(r.dead_letter.clone());
             match t.queue(&r.dead_letter) {
@@ -1134,7 +1134,7 @@ mod tests {
         let mut out = Vec::new();
         let code = [
             include_str!("../../config.rs"),
-            include_str!("../../app.rs"),
+            include_str!("../../app/mod.rs"),
             include_str!("../../metrics.rs"),
             include_str!("shapes.rs"),
         ]
@@ -1221,7 +1221,7 @@ mod tests {
     }
 
     fn function_problems(t: &Template) -> Vec<String> {
-        use crate::http::api;
+        use crate::doors::http::api;
         let mut out = Vec::new();
         let route = |m: &str, p: &str| EventDef::Api {
             method: m.into(),
@@ -1335,7 +1335,7 @@ mod tests {
             "template functions build {built:?}, function crates are {crates:?}"
         );
         // Every operation of the OpenAPI document is routed to some function.
-        let doc = crate::handlers::all_api()
+        let doc = crate::doors::catalog::all_api()
             .document()
             .expect("the OpenAPI document builds");
         let routed: Vec<&EventDef> = expected.iter().flat_map(|(_, e)| e).collect();
@@ -2343,12 +2343,12 @@ mod tests {
                 }
             }
             let budget_ms = u64::from(f.timeout_s.unwrap_or(3)) * 1000;
-            let worst_ms = limits.operation_timeout_ms * super::super::MAX_SEQUENTIAL_CALLS;
+            let worst_ms = limits.operation_timeout_ms * crate::config::MAX_SEQUENTIAL_CALLS;
             if worst_ms >= budget_ms {
                 problems.push(format!(
                     "{}: {} calls x {} ms = {worst_ms} ms, not below its {budget_ms} ms timeout",
                     f.logical_id,
-                    super::super::MAX_SEQUENTIAL_CALLS,
+                    crate::config::MAX_SEQUENTIAL_CALLS,
                     limits.operation_timeout_ms
                 ));
             }
@@ -2361,11 +2361,11 @@ mod tests {
             .find(|f| f.binary.as_deref() == Some("action-status"))
             .expect("the action-status function");
         let need_ms =
-            crate::handlers::action_status::MAX_WAIT_S * 1000 + 2 * limits.operation_timeout_ms;
+            crate::core::usecases::reads::MAX_WAIT_S * 1000 + 2 * limits.operation_timeout_ms;
         if need_ms >= u64::from(status.timeout_s.unwrap_or(3)) * 1000 {
             problems.push(format!(
                 "ActionStatusFunction: a {} s wait needs more than {need_ms} ms",
-                crate::handlers::action_status::MAX_WAIT_S
+                crate::core::usecases::reads::MAX_WAIT_S
             ));
         }
         // An `execute_plan` held for an operator's approval ends `reserve` before the
@@ -2379,13 +2379,13 @@ mod tests {
             .find(|f| f.binary.as_deref() == Some("mcp"))
             .expect("the mcp function");
         let op = limits.operation_timeout_ms;
-        let reserve = crate::handlers::mcp::hold_reserve(op).as_millis() as u64;
+        let reserve = crate::doors::mcp::hold_reserve(op).as_millis() as u64;
         if reserve < 3 * op {
             problems.push(format!(
                 "McpFunction: {reserve} ms kept after a hold do not fit its last look and a final execute"
             ));
         }
-        let before = super::super::MAX_SEQUENTIAL_CALLS * op + 2 * op;
+        let before = crate::config::MAX_SEQUENTIAL_CALLS * op + 2 * op;
         let need_ms = before + reserve + 5_000;
         if need_ms >= u64::from(mcp.timeout_s.unwrap_or(3)) * 1000 {
             problems.push(format!(
@@ -2394,7 +2394,7 @@ mod tests {
         }
         assert_eq!(problems, Vec::<String>::new());
         // And the check can fail: a 2 s function would not hold them.
-        assert!(limits.operation_timeout_ms * super::super::MAX_SEQUENTIAL_CALLS >= 2_000);
+        assert!(limits.operation_timeout_ms * crate::config::MAX_SEQUENTIAL_CALLS >= 2_000);
     }
 
     /// The MCP function's concurrency is reserved (and capped) only when the stack asks:

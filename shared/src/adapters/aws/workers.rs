@@ -7,9 +7,9 @@ use super::orders::order_item;
 use super::positions::position_put;
 use super::tables::built;
 use super::{is_condition_failure, unavailable, Aws};
-use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{
+use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::{
     creation_step, ActionMove, PositionChange, PositionsReplacement, Stored, WorkerStore,
 };
 use async_trait::async_trait;

@@ -2,10 +2,10 @@
 
 use super::rows::{desk_clause, limit, parse, query};
 use super::Sqlite;
-use crate::auth::DeskScope;
-use crate::domain::Account;
-use crate::error::StoreResult;
-use crate::ports::{AccountStore, Page};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Account;
+use crate::core::error::StoreResult;
+use crate::core::ports::{AccountStore, Page};
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::Row;

@@ -4,9 +4,9 @@ use super::packed::{packed_json, Body};
 use super::rows::Cached;
 use super::rows::{body, one_body};
 use super::{db_err, json_err, Sqlite};
-use crate::error::StoreResult;
-use crate::ports::ActionStore;
-use crate::records::ActionRecord;
+use crate::core::error::StoreResult;
+use crate::core::ports::ActionStore;
+use crate::core::records::ActionRecord;
 use async_trait::async_trait;
 use rusqlite::params;
 

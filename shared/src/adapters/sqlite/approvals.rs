@@ -3,9 +3,9 @@
 
 use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
-use crate::domain::Millis;
-use crate::error::StoreResult;
-use crate::ports::{ApprovalStore, Doc, DocKind};
+use crate::core::domain::Millis;
+use crate::core::error::StoreResult;
+use crate::core::ports::{ApprovalStore, Doc, DocKind};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 

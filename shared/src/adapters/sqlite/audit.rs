@@ -2,9 +2,9 @@
 
 use super::rows::{full_body, Cached, Compact};
 use super::{db_err, Sqlite};
-use crate::error::StoreResult;
-use crate::ports::AuditLog;
-use crate::records::AuditRecord;
+use crate::core::error::StoreResult;
+use crate::core::ports::AuditLog;
+use crate::core::records::AuditRecord;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 

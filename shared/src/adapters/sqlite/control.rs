@@ -3,9 +3,9 @@
 use super::rows::one_body;
 use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
-use crate::error::StoreResult;
-use crate::ports::ControlStore;
-use crate::records::Control;
+use crate::core::error::StoreResult;
+use crate::core::ports::ControlStore;
+use crate::core::records::Control;
 use async_trait::async_trait;
 use rusqlite::Connection;
 

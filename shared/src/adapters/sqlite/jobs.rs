@@ -2,10 +2,10 @@
 
 use super::rows::{desk_clause, limit, parse, query, time_after};
 use super::Sqlite;
-use crate::auth::DeskScope;
-use crate::domain::Job;
-use crate::error::StoreResult;
-use crate::ports::{JobFilter, JobStore, Page, TimeKey};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Job;
+use crate::core::error::StoreResult;
+use crate::core::ports::{JobFilter, JobStore, Page, TimeKey};
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::Row;

@@ -13,12 +13,12 @@ use super::positions::{add_open, load_exposure};
 use super::rows::one_body;
 use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
-use crate::error::StoreResult;
-use crate::ports::{
+use crate::core::error::StoreResult;
+use crate::core::ports::{
     CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger, ExecuteSnapshot, KeyCondition,
     PlanChange,
 };
-use crate::records::{KeyRecord, PlanStatus, RateState, RateUpdate};
+use crate::core::records::{KeyRecord, PlanStatus, RateState, RateUpdate};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -146,7 +146,7 @@ pub(super) fn check(
             .map_err(db_err)?;
         if stored
             .flatten()
-            .unwrap_or(crate::records::Control::default().version)
+            .unwrap_or(crate::core::records::Control::default().version)
             != version
         {
             return Ok(Some(Conflict::Control));
@@ -257,7 +257,7 @@ impl ExecuteLedger for Sqlite {
                 put_key_body(tx, &commit.key, &key_body)?;
                 if let Some((plan_id, status, field, value)) = &plan_change {
                     if !set_plan_fields(tx, plan_id, status, field, value)? {
-                        return Err(crate::error::StoreError::Corrupt("plan vanished".into()));
+                        return Err(crate::core::error::StoreError::Corrupt("plan vanished".into()));
                     }
                 }
                 if let Some(u) = &commit.rate {
@@ -318,7 +318,7 @@ impl ExecuteLedger for Sqlite {
                 return Ok(false);
             };
             put_key(tx, &decided)?;
-            let mut action: crate::records::ActionRecord =
+            let mut action: crate::core::records::ActionRecord =
                 serde_json::from_str(&action_text).map_err(json_err)?;
             if action.enqueued_at.is_none() {
                 action.enqueued_at = Some(now);

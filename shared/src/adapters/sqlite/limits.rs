@@ -7,10 +7,10 @@ use super::audit::AuditRow;
 use super::ledger::{count_rate, load_rate, rate_allows};
 use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
-use crate::domain::Millis;
-use crate::error::StoreResult;
-use crate::ports::limits::{Holds, LimitStore, PaceStep};
-use crate::records::{AuditRecord, RateState, RateUpdate};
+use crate::core::domain::Millis;
+use crate::core::error::StoreResult;
+use crate::core::ports::limits::{Holds, LimitStore, PaceStep};
+use crate::core::records::{AuditRecord, RateState, RateUpdate};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 

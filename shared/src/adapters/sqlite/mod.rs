@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
-use crate::error::{StoreError, StoreResult};
+use crate::core::error::{StoreError, StoreResult};
 
 pub use queue::QueueStats;
 
@@ -373,7 +373,7 @@ impl Sqlite {
 #[cfg(test)]
 mod tests {
     use super::queue::tests::temp_db;
-    use crate::error::StoreError;
+    use crate::core::error::StoreError;
     use rusqlite::Connection;
 
     fn count(c: &Connection) -> i64 {
@@ -451,7 +451,7 @@ mod tests {
                     .iter()
                     .map(|b| {
                         let text = super::packed::text(rusqlite::types::ValueRef::Blob(b))
-                            .map_err(crate::error::StoreError::Corrupt)?;
+                            .map_err(crate::core::error::StoreError::Corrupt)?;
                         full_body(c, &text)
                     })
                     .collect()

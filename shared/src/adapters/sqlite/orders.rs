@@ -2,10 +2,10 @@
 
 use super::rows::{desk_clause, limit, parse, price, query, time_after};
 use super::{db_err, Sqlite};
-use crate::auth::DeskScope;
-use crate::domain::Order;
-use crate::error::StoreResult;
-use crate::ports::{OrderFilter, OrderStore, Page, TimeKey};
+use crate::core::auth::DeskScope;
+use crate::core::domain::Order;
+use crate::core::error::StoreResult;
+use crate::core::ports::{OrderFilter, OrderStore, Page, TimeKey};
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::Row;
@@ -18,7 +18,7 @@ pub(super) const ORDER_COLUMNS: &str =
 pub(super) fn order_row(r: &Row) -> rusqlite::Result<Order> {
     Ok(Order {
         order_id: r.get(0)?,
-        terms: crate::domain::OrderTerms {
+        terms: crate::core::domain::OrderTerms {
             account_id: r.get(1)?,
             symbol: r.get(2)?,
             side: parse(r, 3)?,
@@ -109,7 +109,7 @@ impl OrderStore for Sqlite {
 fn order_values(o: &Order) -> [Value; 15] {
     let text = |s: &str| Value::Text(s.to_string());
     let price =
-        |p: Option<crate::domain::Price>| p.map_or(Value::Null, |x| Value::Text(x.to_string()));
+        |p: Option<crate::core::domain::Price>| p.map_or(Value::Null, |x| Value::Text(x.to_string()));
     [
         text(&o.order_id),
         text(&o.terms.account_id),
@@ -170,8 +170,8 @@ pub(super) fn load_order(c: &rusqlite::Connection, id: &str) -> StoreResult<Opti
 #[cfg(test)]
 mod tests {
     use super::super::queue::tests::temp_db;
-    use crate::auth::DeskScope;
-    use crate::ports::{OrderFilter, OrderStore, Page};
+    use crate::core::auth::DeskScope;
+    use crate::core::ports::{OrderFilter, OrderStore, Page};
 
     /// A desk's orders page is one ordered seek of `orders_desk_time` (no sort of the desk's
     /// whole history), an account's page one of `orders_account_time`, even after the

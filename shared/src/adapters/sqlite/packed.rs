@@ -45,7 +45,7 @@ pub(super) fn pack(json: &str) -> Vec<u8> {
 /// `value`'s JSON as stored.
 pub(super) fn packed_json<T: serde::Serialize + ?Sized>(
     value: &T,
-) -> Result<Vec<u8>, crate::error::StoreError> {
+) -> Result<Vec<u8>, crate::core::error::StoreError> {
     serde_json::to_string(value)
         .map(|json| pack(&json))
         .map_err(super::json_err)
@@ -102,7 +102,7 @@ mod tests {
         // Every body stored in format 1 needs this exact dictionary to be read back. To
         // improve the dictionary, add format 2 beside it; never edit this one.
         assert_eq!(
-            crate::protocol::sha256_hex(DICT_1),
+            crate::core::digest::sha256_hex(DICT_1),
             "af5ffd3248e5d6dce5f6710bd966c62a2f98d746d0a983ec6bcf4fcf79e3d5fe",
             "body-dict-1.txt changed: bodies stored with it would no longer read"
         );

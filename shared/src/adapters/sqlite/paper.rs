@@ -2,8 +2,8 @@
 
 use super::rows::Cached;
 use super::{db_err, json_err, Sqlite};
-use crate::error::StoreResult;
-use crate::ports::{PaperBookStore, PaperDoc};
+use crate::core::error::StoreResult;
+use crate::core::ports::{PaperBookStore, PaperDoc};
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 

@@ -3,10 +3,10 @@
 
 use super::rows::{desk_clause, limit, price, query};
 use super::{db_err, Sqlite};
-use crate::auth::DeskScope;
-use crate::domain::{Exposure, ExposureDelta, Position};
-use crate::error::StoreResult;
-use crate::ports::{Page, PositionStore};
+use crate::core::auth::DeskScope;
+use crate::core::domain::{Exposure, ExposureDelta, Position};
+use crate::core::error::StoreResult;
+use crate::core::ports::{Page, PositionStore};
 use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, Row};

@@ -17,13 +17,13 @@ use rusqlite::params;
 use tokio::sync::Notify;
 
 use super::{db_err, Sqlite};
-use crate::domain::QueueTarget;
-use crate::error::StoreError;
-use crate::error::StoreResult;
-use crate::ports::{Delivery, Queue, QueueDepth};
+use crate::core::domain::QueueTarget;
+use crate::core::error::StoreError;
+use crate::core::error::StoreResult;
+use crate::core::ports::{Delivery, Queue, QueueDepth};
 
-use crate::records::QueueMessage;
-use crate::records::MAX_RECEIVES;
+use crate::core::records::QueueMessage;
+use crate::core::records::MAX_RECEIVES;
 
 /// How long an acked message's deduplication id keeps a resend out: SQS FIFO's
 /// deduplication interval, counted from the send.

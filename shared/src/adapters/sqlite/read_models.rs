@@ -4,9 +4,9 @@ use super::orders::put_order;
 use super::positions::put_position;
 use super::rows::Cached;
 use super::{db_err, Sqlite};
-use crate::domain::{Account, Exposure, Job, Order, Position};
-use crate::error::StoreResult;
-use crate::ports::ReadModelWriter;
+use crate::core::domain::{Account, Exposure, Job, Order, Position};
+use crate::core::error::StoreResult;
+use crate::core::ports::ReadModelWriter;
 use async_trait::async_trait;
 use rusqlite::params;
 

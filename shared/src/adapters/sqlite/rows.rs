@@ -3,10 +3,10 @@
 
 use super::packed::{pack, Body};
 use super::{db_err, json_err};
-use crate::auth::DeskScope;
-use crate::domain::Price;
-use crate::error::StoreResult;
-use crate::ports::TimeKey;
+use crate::core::auth::DeskScope;
+use crate::core::domain::Price;
+use crate::core::error::StoreResult;
+use crate::core::ports::TimeKey;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::value::RawValue;
@@ -169,7 +169,7 @@ impl Compact {
         let (text, checks) = match list {
             None => (json.as_str().into(), None),
             Some(list) => {
-                let hash = crate::protocol::sha256_hex(list.as_bytes());
+                let hash = crate::core::digest::sha256_hex(list.as_bytes());
                 let packed = pack(list);
                 let reference = raw(format!("\"{hash}\""))?;
                 top.remove("risk_checks");
@@ -225,7 +225,7 @@ pub(super) fn full_body<T: serde::de::DeserializeOwned>(
         })
         .optional()
         .map_err(db_err)?
-        .ok_or_else(|| crate::error::StoreError::Corrupt(format!("check set {hash} is missing")))?;
+        .ok_or_else(|| crate::core::error::StoreError::Corrupt(format!("check set {hash} is missing")))?;
     let checks = raw(checks)?;
     top.insert("risk_checks".into(), &checks);
     let text = serde_json::to_string(&top).map_err(json_err)?;

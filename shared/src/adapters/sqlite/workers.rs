@@ -7,12 +7,12 @@ use super::packed::packed_json;
 use super::positions::{add_open, put_position};
 use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
-use crate::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
-use crate::error::{StoreError, StoreResult};
-use crate::ports::{
+use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
+use crate::core::error::{StoreError, StoreResult};
+use crate::core::ports::{
     creation_step, ActionMove, PositionChange, PositionsReplacement, Stored, WorkerStore,
 };
-use crate::records::ActionRecord;
+use crate::core::records::ActionRecord;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 

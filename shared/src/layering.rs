@@ -1,0 +1,286 @@
+//! The tree's rules, checked on the source itself: the module graph (every `crate::` and
+//! `super::` path outside unit tests) has no cycle, between files or between the parts
+//! the tree names (`core::domain`, `core::usecases`, `doors::http`, `adapters::aws`, ...);
+//! nothing under `core` reaches an adapter, a door or the wiring; the domain and the policy
+//! never reach the use cases; adapters never reach a door; the cross-cutting modules
+//! (`config`, `metrics`, `telemetry`, `failpoint`) reach only `core`.
+//!
+//! Paths are read, not resolved by the compiler: a `use` tree (`crate::{a::b, c}`) or a
+//! path in code names the longest module prefix that is a file. Comments and
+//! `#[cfg(test)] mod tests` are left out (a test may reach anywhere).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Module = Vec<String>;
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("the source tree") {
+        let p = entry.expect("a directory entry").path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `core/usecases/mod.rs` -> `[core, usecases]`; `lib.rs` -> `[]`.
+fn module_of(root: &Path, file: &Path) -> Module {
+    let rel = file.strip_prefix(root).expect("under src");
+    let mut parts: Module = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The text that counts: no comments, no unit-test module.
+fn code(text: &str) -> String {
+    let text = text
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(text, |i| &text[..i]);
+    text.lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths of a use tree starting at `s` (after `crate::` or `super::`).
+fn use_tree(s: &[u8], mut i: usize) -> (Vec<Module>, usize) {
+    let skip_ws = |i: &mut usize| {
+        while *i < s.len() && s[*i].is_ascii_whitespace() {
+            *i += 1;
+        }
+    };
+    skip_ws(&mut i);
+    if i < s.len() && s[i] == b'{' {
+        i += 1;
+        let mut all = Vec::new();
+        loop {
+            skip_ws(&mut i);
+            if i >= s.len() || s[i] == b'}' {
+                return (all, i + 1);
+            }
+            let (sub, j) = use_tree(s, i);
+            all.extend(sub);
+            i = j;
+            skip_ws(&mut i);
+            if i < s.len() && s[i] == b',' {
+                i += 1;
+            }
+        }
+    }
+    let start = i;
+    while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == b'_') {
+        i += 1;
+    }
+    let name = String::from_utf8_lossy(&s[start..i]).into_owned();
+    if name.is_empty() {
+        return (vec![vec![]], i);
+    }
+    if s[i..].starts_with(b"::") {
+        let (sub, j) = use_tree(s, i + 2);
+        let paths = sub
+            .into_iter()
+            .map(|mut p| {
+                p.insert(0, name.clone());
+                p
+            })
+            .collect();
+        return (paths, j);
+    }
+    (vec![vec![name]], i)
+}
+
+/// Every module a file's code names, resolved to the longest prefix that is a module.
+fn references(module: &Module, text: &str, known: &BTreeSet<Module>) -> BTreeSet<Module> {
+    let s = text.as_bytes();
+    let mut found = BTreeSet::new();
+    for (anchor, relative) in [("crate::", false), ("super::", true)] {
+        let mut from = 0;
+        while let Some(k) = text[from..].find(anchor) {
+            let at = from + k;
+            from = at + anchor.len();
+            let before = s.get(at.wrapping_sub(1)).copied().unwrap_or(b' ');
+            if before.is_ascii_alphanumeric() || before == b'_' || (before == b':' && !relative) {
+                continue;
+            }
+            if relative && before == b':' {
+                continue; // `super::super::` is read from its first `super`
+            }
+            let (paths, _) = use_tree(s, from);
+            for path in paths {
+                let mut full: Module = if relative {
+                    // `super` of `a/b.rs` is `a`; of `a/b/mod.rs` too (the module is `a::b`).
+                    let mut base = module.clone();
+                    base.pop();
+                    base
+                } else {
+                    Vec::new()
+                };
+                for seg in path {
+                    match seg.as_str() {
+                        "self" => {}
+                        "super" => {
+                            full.pop();
+                        }
+                        _ => full.push(seg),
+                    }
+                }
+                while !full.is_empty() && !known.contains(&full) {
+                    full.pop();
+                }
+                if &full != module {
+                    found.insert(full);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The part of the tree a module belongs to: `core::x`, `doors::x`, `adapters::x`, or a
+/// top-level module.
+fn part(m: &Module) -> String {
+    match m.as_slice() {
+        [] => "crate".into(),
+        [layer, child, ..] if matches!(layer.as_str(), "core" | "doors" | "adapters") => {
+            format!("{layer}::{child}")
+        }
+        [top, ..] => top.clone(),
+    }
+}
+
+fn cycle<N: Ord + Clone + std::fmt::Debug>(graph: &BTreeMap<N, BTreeSet<N>>) -> Option<Vec<N>> {
+    // Depth-first search with colours; returns one cycle if there is one.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Colour {
+        Grey,
+        Black,
+    }
+    fn visit<N: Ord + Clone>(
+        n: &N,
+        graph: &BTreeMap<N, BTreeSet<N>>,
+        colour: &mut BTreeMap<N, Colour>,
+        stack: &mut Vec<N>,
+    ) -> Option<Vec<N>> {
+        colour.insert(n.clone(), Colour::Grey);
+        stack.push(n.clone());
+        for m in graph.get(n).into_iter().flatten() {
+            match colour.get(m) {
+                Some(Colour::Grey) => {
+                    let i = stack.iter().position(|x| x == m).unwrap_or(0);
+                    let mut c = stack[i..].to_vec();
+                    c.push(m.clone());
+                    return Some(c);
+                }
+                Some(Colour::Black) => {}
+                None => {
+                    if let Some(c) = visit(m, graph, colour, stack) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        colour.insert(n.clone(), Colour::Black);
+        None
+    }
+    let mut colour = BTreeMap::new();
+    for n in graph.keys() {
+        if !colour.contains_key(n) {
+            if let Some(c) = visit(n, graph, &mut colour, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// Whether an arrow from part `from` to part `to` breaks a layer rule, and which.
+fn broken_rule(from: &str, to: &str) -> Option<&'static str> {
+    let layer = |p: &str| p.split("::").next().unwrap_or("").to_string();
+    let (lf, lt) = (layer(from), layer(to));
+    let cross_cutting = |l: &str| matches!(l, "config" | "metrics" | "telemetry" | "failpoint");
+    if lf == "core" && matches!(lt.as_str(), "adapters" | "doors" | "app") {
+        return Some("the core reaches an adapter, a door or the wiring");
+    }
+    if matches!(from, "core::domain" | "core::policy") && to == "core::usecases" {
+        return Some("the domain or the policy reaches the use cases");
+    }
+    if lf == "adapters" && matches!(lt.as_str(), "doors" | "app") {
+        return Some("an adapter reaches a door or the wiring");
+    }
+    if cross_cutting(&lf) && !(lt == "core" || cross_cutting(&lt)) {
+        return Some("a cross-cutting module reaches past the core");
+    }
+    None
+}
+
+#[test]
+fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let modules: BTreeMap<Module, PathBuf> =
+        files.iter().map(|f| (module_of(&root, f), f.clone())).collect();
+    let known: BTreeSet<Module> = modules.keys().cloned().collect();
+    let mut by_file: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (m, f) in &modules {
+        let text = code(&std::fs::read_to_string(f).expect("a source file"));
+        by_file.insert(m.clone(), references(m, &text, &known));
+    }
+    let edges: usize = by_file.values().map(BTreeSet::len).sum();
+    assert!(edges > 200, "the reader found only {edges} references: it is broken");
+    let doors_http = vec!["doors".to_string(), "http".to_string(), "routes".to_string(), "plan".to_string()];
+    assert!(
+        by_file[&doors_http].contains(&vec!["core".into(), "usecases".into(), "plan".into()]),
+        "the reader misses the plan route's use of the plan use case"
+    );
+
+    if let Some(c) = cycle(&by_file) {
+        panic!("a cycle of files: {}", c.iter().map(|m| m.join("::")).collect::<Vec<_>>().join(" -> "));
+    }
+    let mut by_part: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut broken = Vec::new();
+    for (m, refs) in &by_file {
+        for r in refs {
+            let (a, b) = (part(m), part(r));
+            if a == b || b == "crate" {
+                continue;
+            }
+            if let Some(rule) = broken_rule(&a, &b) {
+                broken.push(format!("{} -> {}: {rule}", m.join("::"), r.join("::")));
+            }
+            by_part.entry(a).or_default().insert(b);
+        }
+    }
+    assert!(broken.is_empty(), "layer rules broken:\n{}", broken.join("\n"));
+    if let Some(c) = cycle(&by_part) {
+        panic!("a cycle between parts of the tree: {}", c.join(" -> "));
+    }
+}
+
+#[test]
+fn the_reader_sees_use_trees_and_relative_paths() {
+    let known: BTreeSet<Module> = [vec![], vec!["a".into()], vec!["a".into(), "b".into()], vec!["c".into()]]
+        .into_iter()
+        .collect();
+    let refs = references(
+        &vec!["a".into(), "b".into()],
+        "use crate::{c::X, a::{self, Y}};\nfn f() { super::Z; }",
+        &known,
+    );
+    assert_eq!(refs, [vec!["a".to_string()], vec!["c".to_string()]].into_iter().collect());
+    assert!(broken_rule("core::domain", "core::usecases").is_some());
+    assert!(broken_rule("core::usecases", "doors::http").is_some());
+    assert!(broken_rule("doors::http", "core::usecases").is_none());
+    let g: BTreeMap<u8, BTreeSet<u8>> =
+        [(1, [2].into()), (2, [3].into()), (3, [1].into())].into_iter().collect();
+    assert!(cycle(&g).is_some());
+}
