@@ -533,57 +533,47 @@ impl Authenticator {
             )
         };
         let token = bearer.ok_or_else(|| fail("it is missing".into()))?;
-        if token.len() > MAX_TOKEN_BYTES {
-            return Err(fail(format!("it is longer than {MAX_TOKEN_BYTES} bytes")));
-        }
-        if let Some(p) = self.verified_services.get(token, now_s, self.skew_s) {
-            return Ok(p);
-        }
-        let c = verify_jwt(token, &self.service, now_s, self.skew_s)
-            .await
-            .map_err(|f| match f {
-                TokenFault::Expired(_) => fail("it has expired".into()),
-                TokenFault::Invalid(w) => fail(w),
-                TokenFault::Unavailable => unavailable(),
-            })?;
-        let (Some(exp), Some(iat)) = (
-            c.get("exp").and_then(|v| v.as_i64()),
-            c.get("iat").and_then(|v| v.as_i64()),
-        ) else {
-            return Err(fail("it needs numeric exp and iat claims".into()));
-        };
-        if exp - iat > self.max_service_lifetime_s {
-            return Err(fail(format!(
-                "its lifetime exceeds {} seconds",
-                self.max_service_lifetime_s
-            )));
-        }
-        if let Some(m) = &self.claims.service_marker {
-            if !m.carried_by(&c) {
+        let accept = |c: &serde_json::Value| {
+            let (Some(exp), Some(iat)) = (
+                c.get("exp").and_then(|v| v.as_i64()),
+                c.get("iat").and_then(|v| v.as_i64()),
+            ) else {
+                return Err(fail("it needs numeric exp and iat claims".into()));
+            };
+            if exp - iat > self.max_service_lifetime_s {
                 return Err(fail(format!(
-                    "it is not a client-credentials token (a user's token cannot act as the \
-                     calling service; it needs {}, see AIRLOCK_SERVICE_TOKEN_MARKER)",
-                    m.describe()
+                    "its lifetime exceeds {} seconds",
+                    self.max_service_lifetime_s
                 )));
             }
-        }
-        let sub = subject(&c).map_err(fail)?;
-        // `scope` (space-separated, RFC 8693) or `scp` (an array, Okta and Entra ID).
-        let granted = match c.get("scope") {
-            Some(v) => strings(Some(v)),
-            None => strings(c.get("scp")),
+            if let Some(m) = &self.claims.service_marker {
+                if !m.carried_by(c) {
+                    return Err(fail(format!(
+                        "it is not a client-credentials token (a user's token cannot act as the \
+                         calling service; it needs {}, see AIRLOCK_SERVICE_TOKEN_MARKER)",
+                        m.describe()
+                    )));
+                }
+            }
+            let sub = subject(c).map_err(fail)?;
+            // `scope` (space-separated, RFC 8693) or `scp` (an array, Okta and Entra ID).
+            let granted = match c.get("scope") {
+                Some(v) => strings(Some(v)),
+                None => strings(c.get("scp")),
+            };
+            let prefix = &self.claims.scope_prefix;
+            let principal = ServicePrincipal {
+                sub: sub.to_string(),
+                scopes: granted
+                    .iter()
+                    .filter_map(|s| s.strip_prefix(prefix.as_str()))
+                    .filter_map(Permission::from_scope)
+                    .collect(),
+            };
+            Ok((principal, exp))
         };
-        let prefix = &self.claims.scope_prefix;
-        let principal = ServicePrincipal {
-            sub: sub.to_string(),
-            scopes: granted
-                .iter()
-                .filter_map(|s| s.strip_prefix(prefix.as_str()))
-                .filter_map(Permission::from_scope)
-                .collect(),
-        };
-        self.verified_services.put(token, &principal, exp);
-        Ok(principal)
+        self.verified(token, &self.service, &self.verified_services, now_s, &fail, accept)
+            .await
     }
 
     async fn operator(&self, token: Option<&str>, now_s: i64) -> Result<Operator, ApiError> {
@@ -594,47 +584,68 @@ impl Authenticator {
             )
         };
         let token = token.ok_or_else(|| fail("the X-Operator-Token header is missing".into()))?;
+        let accept = |c: &serde_json::Value| {
+            if let Some(m) = &self.claims.service_marker {
+                if m.carried_by(c) {
+                    return Err(fail(format!(
+                        "it is a client-credentials (service) token, not an operator's ({})",
+                        m.describe()
+                    )));
+                }
+            }
+            let sub = subject(c).map_err(fail)?;
+            let exp = c.get("exp").and_then(|v| v.as_i64()).unwrap_or(now_s);
+            let roles =
+                bounded_list("roles", strings(claim(c, &self.claims.roles))).map_err(fail)?;
+            let desks = match claim(c, &self.claims.desks) {
+                None => None,
+                Some(d) => Some(bounded_list("desks", strings(Some(d))).map_err(fail)?),
+            };
+            let desks = match desks {
+                _ if self.roles.all_desks(&roles) => DeskScope::All,
+                Some(d) if d.iter().any(|x| x == "*") => DeskScope::All,
+                Some(d) => DeskScope::Only(d.into_iter().collect()),
+                None => DeskScope::Only(BTreeSet::new()),
+            };
+            let operator = Operator {
+                sub: sub.to_string(),
+                roles,
+                desks,
+            };
+            Ok((operator, exp))
+        };
+        self.verified(token, &self.operator, &self.verified_operators, now_s, &fail, accept)
+            .await
+    }
+
+    /// One path for both kinds of token: bounded in size, answered from the cache of
+    /// tokens already verified, else verified against `issuer` and read by `accept` (which
+    /// gives the principal and when it expires), then cached.
+    async fn verified<T: Clone>(
+        &self,
+        token: &str,
+        issuer: &Issuer,
+        cache: &VerifiedTokens<T>,
+        now_s: i64,
+        fail: &impl Fn(String) -> ApiError,
+        accept: impl FnOnce(&serde_json::Value) -> Result<(T, i64), ApiError>,
+    ) -> Result<T, ApiError> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(fail(format!("it is longer than {MAX_TOKEN_BYTES} bytes")));
         }
-        if let Some(o) = self.verified_operators.get(token, now_s, self.skew_s) {
-            return Ok(o);
+        if let Some(p) = cache.get(token, now_s, self.skew_s) {
+            return Ok(p);
         }
-        let c = verify_jwt(token, &self.operator, now_s, self.skew_s)
+        let c = verify_jwt(token, issuer, now_s, self.skew_s)
             .await
             .map_err(|f| match f {
                 TokenFault::Expired(_) => fail("it has expired".into()),
                 TokenFault::Invalid(w) => fail(w),
                 TokenFault::Unavailable => unavailable(),
             })?;
-        if let Some(m) = &self.claims.service_marker {
-            if m.carried_by(&c) {
-                return Err(fail(format!(
-                    "it is a client-credentials (service) token, not an operator's ({})",
-                    m.describe()
-                )));
-            }
-        }
-        let sub = subject(&c).map_err(fail)?;
-        let exp = c.get("exp").and_then(|v| v.as_i64()).unwrap_or(now_s);
-        let roles = bounded_list("roles", strings(claim(&c, &self.claims.roles))).map_err(fail)?;
-        let desks = match claim(&c, &self.claims.desks) {
-            None => None,
-            Some(d) => Some(bounded_list("desks", strings(Some(d))).map_err(fail)?),
-        };
-        let desks = match desks {
-            _ if self.roles.all_desks(&roles) => DeskScope::All,
-            Some(d) if d.iter().any(|x| x == "*") => DeskScope::All,
-            Some(d) => DeskScope::Only(d.into_iter().collect()),
-            None => DeskScope::Only(BTreeSet::new()),
-        };
-        let operator = Operator {
-            sub: sub.to_string(),
-            roles,
-            desks,
-        };
-        self.verified_operators.put(token, &operator, exp);
-        Ok(operator)
+        let (principal, exp) = accept(&c)?;
+        cache.put(token, &principal, exp);
+        Ok(principal)
     }
 }
 
