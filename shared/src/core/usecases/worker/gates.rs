@@ -1,0 +1,161 @@
+//! The worker's gates before the broker: the kill switch, the last risk checks on the
+//! claimed order, and refusing an order that was never sent.
+
+use super::*;
+
+/// The kill switch, read before every order submission: `Some(error)` if it is engaged.
+pub(super) async fn kill_switch(st: &Worker, order_id: &str) -> Result<Option<String>, ApiError> {
+    Ok(engaged(&st.control.get_control().await?, order_id))
+}
+
+/// `Some(error)` if `control` has the kill switch engaged.
+pub(super) fn engaged(control: &crate::core::records::Control, order_id: &str) -> Option<String> {
+    if control.trade_execute_enabled {
+        return None;
+    }
+    let reason = control
+        .reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    Some(format!(
+        "kill_switch_engaged: the kill switch was engaged{reason} before order {order_id} \
+         reached the broker; it was not sent"
+    ))
+}
+
+/// The worker's last check before an order goes to the broker, made after its claim: the
+/// kill switch, the account's status and the market rules, then the position limit
+/// against the worst case with open orders (this order's own contracts were reserved at
+/// execute), under the policy in force now. A kill switch engaged, a policy lowered, or a
+/// sync that raised the position, since execute stops the order here. `Some(error)`: do
+/// not send it.
+pub(super) async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option<String>, ApiError> {
+    // Its three reads side by side: one of the control record for both the kill switch
+    // and the policy in force, the exposure, the account.
+    let account_id = &order.terms.account_id;
+    let (control, exposure, account) = tokio::try_join!(
+        st.control.get_control(),
+        st.positions.get_exposure(account_id, &order.terms.symbol),
+        st.accounts.get_account(account_id),
+    )?;
+    if let Some(why) = engaged(&control, &order.order_id) {
+        return Ok(Some(why));
+    }
+    let request = crate::core::domain::OrderSubmitCl {
+        account_id: crate::core::domain::Ident::parse(&order.terms.account_id).map_err(bad_message)?,
+        symbol: order.terms.symbol.clone(),
+        side: order.terms.side,
+        quantity: crate::core::domain::Quantity::new(order.terms.quantity as i64).map_err(bad_message)?,
+        order_type: order.terms.order_type,
+        limit_price: order.terms.limit_price,
+        stop_price: order.terms.stop_price,
+        time_in_force: order.terms.time_in_force,
+    };
+    let inputs = crate::core::policy::OrderInputs {
+        policy: st.policy_for(&control),
+        calendar: crate::core::domain::calendar::ExchangeCalendar::cme(),
+        now: st.clock.now(),
+        account_id: &order.terms.account_id,
+        order: &request,
+        contract: crate::core::domain::cl::ClContract::parse(&order.terms.symbol).ok(),
+        exposure,
+        reference: None,
+    };
+    if let Some(a) = account.filter(|a| a.status != crate::core::domain::AccountStatus::Active) {
+        return Ok(Some(format!(
+            "policy_violation: account_allowed: account {} is {}; order {} was not sent to the broker",
+            a.account_id, a.status, order.order_id
+        )));
+    }
+    if let Some(c) = crate::core::policy::recheck_at_worker(&inputs)
+        .into_iter()
+        .find(crate::core::records::RiskCheck::failed)
+    {
+        return Ok(Some(format!(
+            "policy_violation: {}: {}; order {} was not sent to the broker",
+            c.name, c.reason, order.order_id
+        )));
+    }
+    Ok(crate::core::policy::position_gate(&inputs).err().map(|why| {
+        format!(
+            "policy_violation: position_limit: {why}; order {} was not sent to the broker",
+            order.order_id
+        )
+    }))
+}
+
+/// Whether a `submitted` order's claim is old enough that no delivery can still be
+/// between the claim and the broker call: longer than a message stays hidden while it is
+/// handled. A younger claim the broker does not know yet may still reach it, so it is not
+/// refused (that would release its reservation while the order goes live).
+pub(super) fn claim_abandoned(st: &Worker, order: &Order, now: Millis) -> bool {
+    now - order.updated_at > st.visibility_ms as i64
+}
+
+/// Moves an order the broker never saw to `rejected` (releasing what it reserved).
+/// `false`: it moved under us; read it again.
+pub(super) async fn reject_unsent(st: &Worker, order: &Order, now: Millis) -> Result<bool, ApiError> {
+    let next = Order {
+        status: OrderStatus::Rejected,
+        updated_at: now.max(order.updated_at),
+        ..order.clone()
+    };
+    Ok(st.store.advance_order(order, &next, None, None).await?)
+}
+
+/// An order submission the sweeper will not send because the kill switch is engaged:
+/// its order is recorded `rejected` (so what execute reserved is released) and the
+/// error to fail the action with is returned. `None`: the switch is not engaged.
+pub(crate) async fn refuse_unsent_submission(
+    st: &Worker,
+    action: &ActionRecord,
+) -> Result<Option<String>, ApiError> {
+    let Some(order_id) = action.resource_refs.order_id.as_deref() else {
+        return Ok(None);
+    };
+    let Some(why) = kill_switch(st, order_id).await? else {
+        return Ok(None);
+    };
+    Ok(reject_unsent_order(st, action).await?.then_some(why))
+}
+
+/// Records an unsent order submission's order `rejected` (releasing what execute
+/// reserved). `true`: it is rejected (now or before); `false`: a worker has it already (a
+/// redelivery), so it was sent after all and the worker's own gates decide. An action
+/// that is not an order submission has no order: `true`.
+pub(crate) async fn reject_unsent_order(
+    st: &Worker,
+    action: &ActionRecord,
+) -> Result<bool, ApiError> {
+    let Some(order_id) = action.resource_refs.order_id.as_deref() else {
+        return Ok(true);
+    };
+    if !action.action_type.is_order_submission() {
+        return Ok(true);
+    }
+    for _ in 0..ROUNDS {
+        let now = st.clock.now_ms();
+        let unsent = Order {
+            status: OrderStatus::Rejected,
+            ..new_order(&action.message, now)?
+        };
+        // Never delivered: the order is created rejected, releasing the reservation.
+        let order = match st.store.create_order(&unsent).await? {
+            Stored::Created(_) => return Ok(true),
+            Stored::Found(order) => order,
+        };
+        match order.status {
+            OrderStatus::Queued => {
+                if reject_unsent(st, &order, now).await? {
+                    return Ok(true);
+                }
+            }
+            OrderStatus::Rejected => return Ok(true),
+            _ => return Ok(false),
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "order {order_id}: too many concurrent changes"
+    )))
+}
