@@ -227,8 +227,10 @@ fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&root, &mut files);
-    let modules: BTreeMap<Module, PathBuf> =
-        files.iter().map(|f| (module_of(&root, f), f.clone())).collect();
+    let modules: BTreeMap<Module, PathBuf> = files
+        .iter()
+        .map(|f| (module_of(&root, f), f.clone()))
+        .collect();
     let known: BTreeSet<Module> = modules.keys().cloned().collect();
     let mut by_file: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
     for (m, f) in &modules {
@@ -236,15 +238,29 @@ fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
         by_file.insert(m.clone(), references(m, &text, &known));
     }
     let edges: usize = by_file.values().map(BTreeSet::len).sum();
-    assert!(edges > 200, "the reader found only {edges} references: it is broken");
-    let doors_http = vec!["doors".to_string(), "http".to_string(), "routes".to_string(), "plan".to_string()];
+    assert!(
+        edges > 200,
+        "the reader found only {edges} references: it is broken"
+    );
+    let doors_http = vec![
+        "doors".to_string(),
+        "http".to_string(),
+        "routes".to_string(),
+        "plan".to_string(),
+    ];
     assert!(
         by_file[&doors_http].contains(&vec!["core".into(), "usecases".into(), "plan".into()]),
         "the reader misses the plan route's use of the plan use case"
     );
 
     if let Some(c) = cycle(&by_file) {
-        panic!("a cycle of files: {}", c.iter().map(|m| m.join("::")).collect::<Vec<_>>().join(" -> "));
+        panic!(
+            "a cycle of files: {}",
+            c.iter()
+                .map(|m| m.join("::"))
+                .collect::<Vec<_>>()
+                .join(" -> ")
+        );
     }
     let mut by_part: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut broken = Vec::new();
@@ -260,7 +276,11 @@ fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
             by_part.entry(a).or_default().insert(b);
         }
     }
-    assert!(broken.is_empty(), "layer rules broken:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "layer rules broken:\n{}",
+        broken.join("\n")
+    );
     if let Some(c) = cycle(&by_part) {
         panic!("a cycle between parts of the tree: {}", c.join(" -> "));
     }
@@ -268,19 +288,30 @@ fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
 
 #[test]
 fn the_reader_sees_use_trees_and_relative_paths() {
-    let known: BTreeSet<Module> = [vec![], vec!["a".into()], vec!["a".into(), "b".into()], vec!["c".into()]]
-        .into_iter()
-        .collect();
+    let known: BTreeSet<Module> = [
+        vec![],
+        vec!["a".into()],
+        vec!["a".into(), "b".into()],
+        vec!["c".into()],
+    ]
+    .into_iter()
+    .collect();
     let refs = references(
         &vec!["a".into(), "b".into()],
         "use crate::{c::X, a::{self, Y}};\nfn f() { super::Z; }",
         &known,
     );
-    assert_eq!(refs, [vec!["a".to_string()], vec!["c".to_string()]].into_iter().collect());
+    assert_eq!(
+        refs,
+        [vec!["a".to_string()], vec!["c".to_string()]]
+            .into_iter()
+            .collect()
+    );
     assert!(broken_rule("core::domain", "core::usecases").is_some());
     assert!(broken_rule("core::usecases", "doors::http").is_some());
     assert!(broken_rule("doors::http", "core::usecases").is_none());
-    let g: BTreeMap<u8, BTreeSet<u8>> =
-        [(1, [2].into()), (2, [3].into()), (3, [1].into())].into_iter().collect();
+    let g: BTreeMap<u8, BTreeSet<u8>> = [(1, [2].into()), (2, [3].into()), (3, [1].into())]
+        .into_iter()
+        .collect();
     assert!(cycle(&g).is_some());
 }

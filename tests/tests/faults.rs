@@ -147,10 +147,15 @@ async fn a_throttled_sign_is_retried_briefly_then_answers_503() {
 
     proxy.on("Sign", Fault::Throttle, None);
     let writes = || {
-        ["TransactWriteItems", "PutItem", "UpdateItem", "BatchWriteItem"]
-            .iter()
-            .map(|op| proxy.count(op))
-            .sum::<usize>()
+        [
+            "TransactWriteItems",
+            "PutItem",
+            "UpdateItem",
+            "BatchWriteItem",
+        ]
+        .iter()
+        .map(|op| proxy.count(op))
+        .sum::<usize>()
     };
     let (signs, before) = (proxy.count("Sign"), writes());
     let started = Instant::now();
@@ -158,8 +163,15 @@ async fn a_throttled_sign_is_retried_briefly_then_answers_503() {
     let took = started.elapsed();
     assert_unavailable(&r, "plan");
     assert_eq!(proxy.count("Sign") - signs, 3, "three attempts");
-    assert!(took < Duration::from_millis(1_500), "gave up after {took:?}");
-    assert_eq!(writes(), before, "a plan that could not sign stores nothing");
+    assert!(
+        took < Duration::from_millis(1_500),
+        "gave up after {took:?}"
+    );
+    assert_eq!(
+        writes(),
+        before,
+        "a plan that could not sign stores nothing"
+    );
     proxy.heal();
     executable_plan(&t).await;
 }

@@ -197,12 +197,18 @@ async fn mcp_execute_plan_is_paced_firm_wide(b: Backend) {
     let theirs = other.post("/actions/plan", &order("op-energy-2", 1)).await;
     calls.push((&other, theirs));
     for (_, p) in &calls {
-        assert_eq!((p.status, &p["executable"]), (200, &json!(true)), "{:?}", p.body);
+        assert_eq!(
+            (p.status, &p["executable"]),
+            (200, &json!(true)),
+            "{:?}",
+            p.body
+        );
     }
     // Four calls at once, by two operators: the burst's two pass, whoever sends them (a
     // pace per operator would pass three).
     let results = futures_util::future::join_all(calls.iter().map(|(api, p)| {
-        let args = json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] });
+        let args =
+            json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] });
         mcp_call(&s, api, "execute_plan", args)
     }))
     .await;
@@ -212,7 +218,10 @@ async fn mcp_execute_plan_is_paced_firm_wide(b: Backend) {
             let e = &r["structuredContent"]["error"];
             assert_eq!(e["code"], "rate_limited", "{r}");
             let message = e["message"].as_str().unwrap();
-            assert!(message.contains("firm-wide 0.05 a second (burst 2)"), "{message}");
+            assert!(
+                message.contains("firm-wide 0.05 a second (burst 2)"),
+                "{message}"
+            );
             let wait: u64 = message
                 .split("retry in ")
                 .nth(1)

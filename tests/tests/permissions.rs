@@ -1393,15 +1393,19 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     w.block(w.ports.workers.create_order(&claimed_order))
         .expect("the claimed order");
     let at_broker = w
-        .block(w.ports.broker.submit(&airlock::core::ports::broker::BrokerOrder {
-            client_order_id: claimed_order.order_id.clone(),
-            terms: claimed_order.terms.clone(),
-            status: airlock::core::ports::broker::BrokerStatus::Working,
-            filled_quantity: 0,
-            avg_fill_price: None,
-            reason: None,
-            triggered: false,
-        }))
+        .block(
+            w.ports
+                .broker
+                .submit(&airlock::core::ports::broker::BrokerOrder {
+                    client_order_id: claimed_order.order_id.clone(),
+                    terms: claimed_order.terms.clone(),
+                    status: airlock::core::ports::broker::BrokerStatus::Working,
+                    filled_quantity: 0,
+                    avg_fill_price: None,
+                    reason: None,
+                    triggered: false,
+                }),
+        )
         .expect("the broker's order");
     assert_eq!(
         at_broker.status,
@@ -1446,7 +1450,11 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .block(w.ports.actions.get_action(&e2.action_id))
         .expect("action")
         .expect("e2");
-    assert_eq!(e2.status, airlock::core::domain::ActionStatus::Failed, "{e2:?}");
+    assert_eq!(
+        e2.status,
+        airlock::core::domain::ActionStatus::Failed,
+        "{e2:?}"
+    );
     let dead = w
         .block(w.ports.actions.get_action(&xd_id))
         .expect("action")
@@ -1486,7 +1494,11 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let job = w
         .block(w.ports.workers.create_job(&running))
         .expect("the stored job");
-    assert_eq!(job.status, airlock::core::domain::JobStatus::Failed, "{job:?}");
+    assert_eq!(
+        job.status,
+        airlock::core::domain::JobStatus::Failed,
+        "{job:?}"
+    );
     w.cli(true, &[], &["kill-switch", "release"]);
     Audited {
         action_id: action.to_string(),

@@ -12,8 +12,8 @@ use airlock::adapters::keys;
 use airlock::adapters::local_signer::LocalSigner;
 use airlock::adapters::sqlite::Sqlite;
 use airlock::app::Ports;
-use airlock::core::auth::DeskScope;
 use airlock::config::AwsConfig;
+use airlock::core::auth::DeskScope;
 use airlock::core::domain::payload::{NormalizedOrder, NormalizedPayload, NormalizedSync};
 use airlock::core::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Exposure, ExposureDelta, Job, JobKind,

@@ -6,5 +6,9 @@ use airlock::doors::http;
 // One invocation at a time: one thread, no work stealing (docs/DECISIONS.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    http::run_lambda(env!("CARGO_BIN_NAME"), airlock::doors::http::routes::action_status::routes()).await
+    http::run_lambda(
+        env!("CARGO_BIN_NAME"),
+        airlock::doors::http::routes::action_status::routes(),
+    )
+    .await
 }

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use airlock::app::{self, AppState, Backend};
-use airlock::core::clock::{OffsetClock, SharedClock};
 use airlock::config::Config;
+use airlock::core::clock::{OffsetClock, SharedClock};
 use airlock::core::domain::{human_time, ActionType};
-use airlock::core::usecases::control;
 use airlock::core::records::RolloutMode;
+use airlock::core::usecases::control;
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -190,7 +190,10 @@ pub async fn serve(
     match metrics_listener.filter(|_| metrics_on) {
         Some(l) => {
             let at = l.local_addr().map_err(|e| e.to_string())?;
-            outln!("metrics at http://{at}{}", airlock::doors::http::routes::metrics::PATH);
+            outln!(
+                "metrics at http://{at}{}",
+                airlock::doors::http::routes::metrics::PATH
+            );
             let app = airlock::doors::http::routes::metrics::routes().with_state(state.clone());
             let never = std::future::pending();
             tokio::spawn(airlock::doors::http::serve::serve(l, app, timeouts, never));
@@ -392,7 +395,10 @@ pub async fn confirmation_key(cfg: Config, backend: Backend) -> Result<(), Strin
         .map_err(|e| e.to_string())?;
     eprintln!("kid: {}", signer.key_id());
     // The name the functions log the key under (AIRLOCK_CONFIRMATION_PUBLIC_KEY's too).
-    eprintln!("thumbprint: {}", airlock::core::token::jwk_thumbprint(&public));
+    eprintln!(
+        "thumbprint: {}",
+        airlock::core::token::jwk_thumbprint(&public)
+    );
     out!("{pem}");
     Ok(())
 }

@@ -5,8 +5,8 @@
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::Serialize;
 
-use crate::core::auth::ServiceMarker;
 use crate::config::Config;
+use crate::core::auth::ServiceMarker;
 
 pub const DEV_ISSUER_KID: &str = "airlock-dev-issuer-1";
 

@@ -4,15 +4,15 @@ pub mod seed;
 
 use std::sync::Arc;
 
+use crate::adapters::dev_issuer::{DevIssuer, DEV_ISSUER_KID};
+use crate::adapters::jwks_http::HttpFetcher;
 use crate::adapters::keys;
 use crate::adapters::local_signer::LocalSigner;
 use crate::adapters::sqlite::Sqlite;
-use crate::adapters::dev_issuer::{DevIssuer, DEV_ISSUER_KID};
-use crate::adapters::jwks_http::HttpFetcher;
+use crate::config::Config;
 use crate::core::auth::jwks::{JwksCache, JwksTiming};
 use crate::core::auth::{Authenticator, Issuer, KeySet, KeySource};
 use crate::core::clock::SharedClock;
-use crate::config::Config;
 use crate::core::pagination::CursorCodec;
 use crate::core::policy::Policy;
 use crate::core::ports::Prices;
@@ -20,11 +20,11 @@ use crate::core::ports::{
     AccountStore, ActionStore, AuditLog, ControlStore, ExecuteLedger, JobStore, OrderStore,
     PlanStore, PositionStore, Queue, ReadModelWriter, Signer,
 };
+use crate::core::token::ConfirmationVerifier;
 use crate::core::usecases::approvals::Approvals;
 use crate::core::usecases::execute::{Dispatch, Executor};
 use crate::core::usecases::plan::Planner;
 use crate::core::usecases::reads::Reads;
-use crate::core::token::ConfirmationVerifier;
 use crate::core::usecases::worker::consumer::Consumer;
 use crate::core::usecases::worker::sweeper::Sweeper;
 use crate::core::usecases::worker::Worker;

@@ -157,7 +157,11 @@ impl ConfirmationVerifier {
                     ));
                 };
                 let public = signer.public_key().await?;
-                Ok::<_, crate::core::error::StoreError>(Self::loaded(&self.audience, &self.kid, public))
+                Ok::<_, crate::core::error::StoreError>(Self::loaded(
+                    &self.audience,
+                    &self.kid,
+                    public,
+                ))
             })
             .await
             .map_err(|e| {
@@ -468,7 +472,9 @@ mod tests {
             self.0.key_id()
         }
         async fn public_key(&self) -> crate::core::error::StoreResult<p256::PublicKey> {
-            Err(crate::core::error::StoreError::Unavailable("no key today".into()))
+            Err(crate::core::error::StoreError::Unavailable(
+                "no key today".into(),
+            ))
         }
         async fn sign(&self, message: &[u8]) -> crate::core::error::StoreResult<[u8; 64]> {
             self.0.sign(message).await

@@ -28,8 +28,8 @@ use tracing::Instrument;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 
-use crate::core::usecases::worker::consumer::{Consumer, MAX_RECEIVES};
 use crate::core::domain::QueueTarget;
+use crate::core::usecases::worker::consumer::{Consumer, MAX_RECEIVES};
 
 /// The `worker-orders` and `worker-jobs` Lambdas' main: the app from the environment, then
 /// every SQS batch of `queue` through [`handle_batch`] under the invocation's deadline.

@@ -60,7 +60,10 @@ impl LimitStore for Aws {
             let item = self
                 .get(&self.names.rate_limits, &[("operator_id", s(id))])
                 .await?;
-            let due = item.as_ref().and_then(|i| ddb::opt_n(i, "due")).unwrap_or(0);
+            let due = item
+                .as_ref()
+                .and_then(|i| ddb::opt_n(i, "due"))
+                .unwrap_or(0);
             // `due` only moves forward, so a read that is behind can only admit too soon,
             // which the write's condition then refuses.
             if !step.admits(due) {

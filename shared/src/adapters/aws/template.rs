@@ -2474,9 +2474,15 @@ mod tests {
         }
         assert_eq!(
             reserving,
-            ["approvals", "mcp", "sweeper", "worker-jobs", "worker-orders"]
-                .map(String::from)
-                .into(),
+            [
+                "approvals",
+                "mcp",
+                "sweeper",
+                "worker-jobs",
+                "worker-orders"
+            ]
+            .map(String::from)
+            .into(),
         );
     }
 
@@ -2554,7 +2560,10 @@ mod tests {
             ("ServiceIssuer", "https://idp.firm.test/mastra"),
             ("ServiceJwksUrl", "https://idp.firm.test/mastra/jwks.json"),
             ("OperatorIssuer", "https://sso.firm.test/operators"),
-            ("OperatorJwksUrl", "https://sso.firm.test/operators/jwks.json"),
+            (
+                "OperatorJwksUrl",
+                "https://sso.firm.test/operators/jwks.json",
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -2586,18 +2595,23 @@ mod tests {
     /// mapping exist only with a domain, and the origin every function gets follows.
     #[test]
     fn the_approval_page_gets_its_own_domain_only_when_asked() {
-        const ARN: &str = "arn:aws:acm:eu-west-1:123456789012:certificate/0f1e2d3c-aaaa-bbbb-cccc-0123456789ab";
+        const ARN: &str =
+            "arn:aws:acm:eu-west-1:123456789012:certificate/0f1e2d3c-aaaa-bbbb-cccc-0123456789ab";
         let domain = ("ApprovalDomainName", "approvals.desk.firm.test");
         let refused = |p: &[(&str, &str)]| rules_refusing(p);
         // Neither: no origin.
         let none = refused(&[]);
         assert!(
-            none.iter().any(|r| r.starts_with("ApprovalOriginOrDomain:")),
+            none.iter()
+                .any(|r| r.starts_with("ApprovalOriginOrDomain:")),
             "{none:?}"
         );
         // The two-deploy path: the origin, no domain.
         assert_eq!(
-            refused(&[("ApprovalOrigin", "https://abc123.execute-api.eu-west-1.amazonaws.com")]),
+            refused(&[(
+                "ApprovalOrigin",
+                "https://abc123.execute-api.eu-west-1.amazonaws.com"
+            )]),
             Vec::<String>::new()
         );
         // samconfig.toml's placeholder is still refused.
@@ -2628,7 +2642,10 @@ mod tests {
 
         let t = tpl();
         let with = BTreeMap::from([(domain.0.to_string(), domain.1.to_string())]);
-        assert_eq!(t.condition_holds("HasApprovalDomain", &BTreeMap::new()), Ok(false));
+        assert_eq!(
+            t.condition_holds("HasApprovalDomain", &BTreeMap::new()),
+            Ok(false)
+        );
         assert_eq!(t.condition_holds("HasApprovalDomain", &with), Ok(true));
         let doc: Value = serde_yaml::from_str(TEMPLATE).expect("the template is YAML");
         let res = &doc["Resources"];

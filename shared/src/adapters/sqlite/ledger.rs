@@ -257,7 +257,9 @@ impl ExecuteLedger for Sqlite {
                 put_key_body(tx, &commit.key, &key_body)?;
                 if let Some((plan_id, status, field, value)) = &plan_change {
                     if !set_plan_fields(tx, plan_id, status, field, value)? {
-                        return Err(crate::core::error::StoreError::Corrupt("plan vanished".into()));
+                        return Err(crate::core::error::StoreError::Corrupt(
+                            "plan vanished".into(),
+                        ));
                     }
                 }
                 if let Some(u) = &commit.rate {

@@ -108,8 +108,9 @@ impl OrderStore for Sqlite {
 /// An order's columns, as `?1` to `?15` of the statements that write it.
 fn order_values(o: &Order) -> [Value; 15] {
     let text = |s: &str| Value::Text(s.to_string());
-    let price =
-        |p: Option<crate::core::domain::Price>| p.map_or(Value::Null, |x| Value::Text(x.to_string()));
+    let price = |p: Option<crate::core::domain::Price>| {
+        p.map_or(Value::Null, |x| Value::Text(x.to_string()))
+    };
     [
         text(&o.order_id),
         text(&o.terms.account_id),

@@ -225,7 +225,9 @@ pub(super) fn full_body<T: serde::de::DeserializeOwned>(
         })
         .optional()
         .map_err(db_err)?
-        .ok_or_else(|| crate::core::error::StoreError::Corrupt(format!("check set {hash} is missing")))?;
+        .ok_or_else(|| {
+            crate::core::error::StoreError::Corrupt(format!("check set {hash} is missing"))
+        })?;
     let checks = raw(checks)?;
     top.insert("risk_checks".into(), &checks);
     let text = serde_json::to_string(&top).map_err(json_err)?;

@@ -288,7 +288,6 @@ pub fn check_url(url: &str) -> Result<(), String> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

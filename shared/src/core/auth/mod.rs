@@ -572,8 +572,15 @@ impl Authenticator {
             };
             Ok((principal, exp))
         };
-        self.verified(token, &self.service, &self.verified_services, now_s, &fail, accept)
-            .await
+        self.verified(
+            token,
+            &self.service,
+            &self.verified_services,
+            now_s,
+            &fail,
+            accept,
+        )
+        .await
     }
 
     async fn operator(&self, token: Option<&str>, now_s: i64) -> Result<Operator, ApiError> {
@@ -614,8 +621,15 @@ impl Authenticator {
             };
             Ok((operator, exp))
         };
-        self.verified(token, &self.operator, &self.verified_operators, now_s, &fail, accept)
-            .await
+        self.verified(
+            token,
+            &self.operator,
+            &self.verified_operators,
+            now_s,
+            &fail,
+            accept,
+        )
+        .await
     }
 
     /// One path for both kinds of token: bounded in size, answered from the cache of

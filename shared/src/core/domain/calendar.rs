@@ -713,7 +713,8 @@ mod tests {
 
     #[test]
     fn market_state_matches_every_vector() {
-        let v: Vectors = serde_json::from_str(include_str!("../../../data/cl_vectors.json")).unwrap();
+        let v: Vectors =
+            serde_json::from_str(include_str!("../../../data/cl_vectors.json")).unwrap();
         assert_eq!(
             v.calendar_version,
             cal().version(),

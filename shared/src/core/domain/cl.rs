@@ -637,7 +637,8 @@ mod tests {
 
     #[test]
     fn last_trade_dates_match_every_vector() {
-        let v: Vectors = serde_json::from_str(include_str!("../../../data/cl_vectors.json")).unwrap();
+        let v: Vectors =
+            serde_json::from_str(include_str!("../../../data/cl_vectors.json")).unwrap();
         assert_eq!(v.calendar_version, cal().version());
         assert!(v.last_trade_dates.len() >= 17 * 12);
         for lv in &v.last_trade_dates {

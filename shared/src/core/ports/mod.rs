@@ -398,7 +398,11 @@ pub trait Queue: Send + Sync {
     ) -> StoreResult<Vec<Delivery>>;
     /// Moves up to `max` dead letters of `queue` back to it, received again as new (their
     /// receive count starts over). Returns how many moved.
-    async fn redrive(&self, queue: crate::core::domain::QueueTarget, max: u32) -> StoreResult<usize>;
+    async fn redrive(
+        &self,
+        queue: crate::core::domain::QueueTarget,
+        max: u32,
+    ) -> StoreResult<usize>;
     /// A signal raised on every send to `queue` from this process, so an idle in-process
     /// consumer can wake at once instead of polling. `None` (the default): the queue cannot
     /// tell (SQS, whose `receive` long-polls instead).
@@ -608,7 +612,10 @@ pub struct PaperDoc {
 #[async_trait]
 pub trait Prices: Send + Sync {
     /// The reference price of a contract (`CLZ26`), if one is known.
-    async fn reference_price(&self, symbol: &str) -> StoreResult<Option<crate::core::domain::Price>>;
+    async fn reference_price(
+        &self,
+        symbol: &str,
+    ) -> StoreResult<Option<crate::core::domain::Price>>;
     /// The reference prices of several contracts, in the order asked; one round trip
     /// where the source allows it.
     async fn reference_prices(

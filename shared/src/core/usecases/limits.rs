@@ -260,7 +260,10 @@ mod tests {
             holds_id("op-1"),
             refusal_mark_id(Code::ApprovalRequired, "6:svc/op-1", "k", "pln_1"),
         ] {
-            assert!(crate::core::usecases::parse_requested_by(&id).is_err(), "{id:?}");
+            assert!(
+                crate::core::usecases::parse_requested_by(&id).is_err(),
+                "{id:?}"
+            );
         }
         assert_ne!(
             refusal_mark_id(Code::ApprovalRequired, "s", "k1", "p"),

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::digest::sha256_hex;
 use crate::core::domain::PRINTABLE_PATTERN;
-use crate::core::parse::{check_ident, check_text};
 use crate::core::error::{ApiError, Code};
+use crate::core::parse::{check_ident, check_text};
 
 /// Free-form chat trace fields, kept for audit. Bounds (checked by
 /// [`ChatContext::validate`], published by the schema below): the two ids are 1 to

@@ -25,9 +25,9 @@ use crate::core::policy::{self, CancelInputs, OrderInputs};
 use crate::core::ports::{
     AccountStore, ControlStore, OrderStore, PlanStore, PositionStore, Prices, Signer,
 };
-use crate::core::usecases::reads::visible_account;
 use crate::core::records::{AuditRecord, PlanRecord, PlanStatus, RiskCheck};
 use crate::core::token::{self, ConfirmationClaims, CONFIRMATION_ISSUER};
+use crate::core::usecases::reads::visible_account;
 
 /// The plan use case, built once per process (`app.rs`) with the ports it reads and writes.
 #[derive(Clone)]

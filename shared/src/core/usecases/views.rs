@@ -10,8 +10,8 @@ use crate::core::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Job, JobKind, JobStatus, Order, OrderStatus,
     OrderType, Position, Price, QueueTarget, Rfc3339, Side, TimeInForce,
 };
-use crate::core::usecases::reads::Listing;
 use crate::core::records::{ActionRecord, ResourceRefs};
+use crate::core::usecases::reads::Listing;
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct AccountView<'a> {

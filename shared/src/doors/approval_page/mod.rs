@@ -19,13 +19,13 @@ use serde::Deserialize;
 use crate::app::AppState;
 use crate::core::auth::Permission;
 use crate::core::error::{ApiError, Code};
+use crate::core::records::ApprovalDecision;
+use crate::core::usecases::approvals::EnrolmentLink;
+use crate::core::usecases::approvals::{SignedIn, DEFAULT_ENROLMENT_TTL_S, SESSION_COOKIE};
 use crate::doors::http::api;
 use crate::doors::http::extract::{Authed, JsonBody, PathId, Query};
 use crate::doors::http::observe::current_request_id;
 use crate::doors::http::openapi::{schema, Api, Op};
-use crate::core::usecases::approvals::EnrolmentLink;
-use crate::core::usecases::approvals::{SignedIn, DEFAULT_ENROLMENT_TTL_S, SESSION_COOKIE};
-use crate::core::records::ApprovalDecision;
 
 /// The admin API (in the document) and the approval pages (for browsers, not in it).
 pub fn api_doc() -> Api {

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 
 use crate::core::domain::{human_time, rfc3339, Millis};
 use crate::core::error::ApiError;
-use crate::core::usecases::approvals::{still_needed, PendingPage, PlanPage, SignedIn};
 use crate::core::records::{ApprovalDecision, PlanRecord, PlanStatus};
+use crate::core::usecases::approvals::{still_needed, PendingPage, PlanPage, SignedIn};
 
 pub const SCRIPT: &str = include_str!("approvals.js");
 

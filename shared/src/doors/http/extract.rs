@@ -12,10 +12,10 @@ use serde::de::DeserializeOwned;
 use crate::app::AppState;
 use crate::core::auth::Caller;
 use crate::core::error::{ApiError, Code, FieldError};
-use crate::doors::http::observe::CallerSlot;
 use crate::core::parse::escape;
-pub use crate::core::parse::{check_ident, check_text};
 pub use crate::core::parse::from_value;
+pub use crate::core::parse::{check_ident, check_text};
+use crate::doors::http::observe::CallerSlot;
 
 /// Both tokens verified; the caller's identity and permissions.
 pub struct Authed(pub Caller);

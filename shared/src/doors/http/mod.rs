@@ -5,10 +5,10 @@
 
 pub mod deadline;
 pub mod error;
-pub mod routes;
 pub mod extract;
 pub mod observe;
 pub mod openapi;
+pub mod routes;
 pub mod serve;
 
 use axum::response::{IntoResponse, Response};
@@ -34,7 +34,10 @@ pub async fn lambda_state(bin: &'static str) -> Result<AppState, lambda_http::Er
 
 /// An HTTP Lambda's main: [`lambda_state`], then `routes` under [`app`], one invocation
 /// at a time.
-pub async fn run_lambda(bin: &'static str, routes: Router<AppState>) -> Result<(), lambda_http::Error> {
+pub async fn run_lambda(
+    bin: &'static str,
+    routes: Router<AppState>,
+) -> Result<(), lambda_http::Error> {
     let state = lambda_state(bin).await?;
     lambda_http::run(app(routes, state)).await
 }

@@ -152,7 +152,10 @@ async fn handle(
     if !local {
         config = config.disable_allowed_hosts();
     }
-    let server = McpServer { tools: tools::Tools::of(&st), state: st };
+    let server = McpServer {
+        tools: tools::Tools::of(&st),
+        state: st,
+    };
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(NeverSessionManager::default()),
@@ -350,10 +353,7 @@ impl rmcp::ServerHandler for McpServer {
             operation_timeout_ms: self.state.config.aws.operation_timeout_ms,
         };
         let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
-        let mut outcome = self
-            .tools
-            .call(&caller, tool, args.clone(), &facts)
-            .await;
+        let mut outcome = self.tools.call(&caller, tool, args.clone(), &facts).await;
         let version = ctx.protocol_version();
         // The retry of an approval request: the user agreed to open the page. Real clients
         // retry at once, a few times, so hold the call while the person approves (polling
@@ -389,16 +389,9 @@ impl rmcp::ServerHandler for McpServer {
                     hold_reserve(self.state.config.aws.operation_timeout_ms),
                 );
                 let until = tokio::time::Instant::now() + hold;
-                match self
-                    .tools
-                    .hold_for_approval(&caller, &args, until)
-                    .await
-                {
+                match self.tools.hold_for_approval(&caller, &args, until).await {
                     Ok(true) => {
-                        outcome = self
-                            .tools
-                            .call(&caller, tool, args.clone(), &facts)
-                            .await;
+                        outcome = self.tools.call(&caller, tool, args.clone(), &facts).await;
                     }
                     Ok(false) => not_held = Some(hold),
                     Err(e) => outcome = Err(e),

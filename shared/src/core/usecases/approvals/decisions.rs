@@ -57,7 +57,11 @@ impl Approvals {
         })
     }
 
-    pub(super) async fn visible_plan(&self, who: &SignedIn, plan_id: &str) -> Result<PlanRecord, ApiError> {
+    pub(super) async fn visible_plan(
+        &self,
+        who: &SignedIn,
+        plan_id: &str,
+    ) -> Result<PlanRecord, ApiError> {
         match self.plans.get_plan(plan_id).await? {
             Some(p)
                 if who.operator.desk_scope(&self.roles).allows(&p.desk)
@@ -65,12 +69,21 @@ impl Approvals {
             {
                 Ok(p)
             }
-            _ => Err(crate::core::usecases::not_found(Code::PlanNotFound, "plan", plan_id)),
+            _ => Err(crate::core::usecases::not_found(
+                Code::PlanNotFound,
+                "plan",
+                plan_id,
+            )),
         }
     }
 
     /// Whether this operator may take this decision on this plan now, and why not.
-    pub(super) fn may(&self, who: &SignedIn, plan: &PlanRecord, d: ApprovalDecision) -> Result<(), String> {
+    pub(super) fn may(
+        &self,
+        who: &SignedIn,
+        plan: &PlanRecord,
+        d: ApprovalDecision,
+    ) -> Result<(), String> {
         let now = self.now();
         let op = &who.operator;
         if let Some(a) = &plan.approval {
@@ -342,7 +355,9 @@ impl Approvals {
             && now >= plan.expires_at
         {
             Code::PlanExpired
-        } else if plan.approval.is_some() || plan.status != crate::core::records::PlanStatus::Planned {
+        } else if plan.approval.is_some()
+            || plan.status != crate::core::records::PlanStatus::Planned
+        {
             Code::PlanNotPending
         } else {
             Code::ApprovalRefused

@@ -13,7 +13,11 @@ impl Approvals {
     }
 
     /// Writes an operator at the version read; `false` when another write came first.
-    pub(super) async fn save_operator(&self, op: &OperatorDoc, version: u64) -> Result<bool, ApiError> {
+    pub(super) async fn save_operator(
+        &self,
+        op: &OperatorDoc,
+        version: u64,
+    ) -> Result<bool, ApiError> {
         let doc = Doc {
             body: to_value(op)?,
             version: version + 1,
@@ -237,7 +241,10 @@ impl Approvals {
         Ok((op.sub, link.expires_at))
     }
 
-    pub(super) async fn live_link(&self, secret: &str) -> Result<(OperatorDoc, u64, OpenLink), ApiError> {
+    pub(super) async fn live_link(
+        &self,
+        secret: &str,
+    ) -> Result<(OperatorDoc, u64, OpenLink), ApiError> {
         check_token("enrolment", secret)?;
         let id = hash_id(secret);
         let now = self.now();

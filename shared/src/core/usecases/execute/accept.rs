@@ -168,9 +168,11 @@ pub(super) async fn accept(
     ctx.remember(&owner, Some(&action));
     let committed = match st.ledger.commit(&commit, now).await {
         // Test-only: the write happened but its reply was lost (the request cannot tell).
-        Ok(CommitOutcome::Committed) if crate::failpoint::hit("execute.commit_reply_lost") => Err(
-            crate::core::error::StoreError::Unavailable("failpoint execute.commit_reply_lost".into()),
-        ),
+        Ok(CommitOutcome::Committed) if crate::failpoint::hit("execute.commit_reply_lost") => {
+            Err(crate::core::error::StoreError::Unavailable(
+                "failpoint execute.commit_reply_lost".into(),
+            ))
+        }
         other => other,
     };
     match committed {

@@ -182,9 +182,14 @@ pub(super) async fn decide(
     rate.operator_id = ctx.caller.operator.sub.clone();
     let how = " with the same idempotency key";
     let operator = &ctx.caller.operator.sub;
-    if let Some(e) =
-        crate::core::usecases::limits::rate_refusal(&rate, now, st.rate_per_minute, operator, "executes", how)
-    {
+    if let Some(e) = crate::core::usecases::limits::rate_refusal(
+        &rate,
+        now,
+        st.rate_per_minute,
+        operator,
+        "executes",
+        how,
+    ) {
         return Err(ctx.reject(e, Some(plan)).await);
     }
     Ok(Verdict::Accept { rate, reserve })
@@ -221,7 +226,9 @@ pub(super) fn confirmation_short_of(plan: &PlanRecord, pol: &Policy) -> Option<S
 }
 
 /// The plan's order, as confirmed.
-pub(super) fn plan_order(plan: &PlanRecord) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
+pub(super) fn plan_order(
+    plan: &PlanRecord,
+) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
     let normalized = plan
         .normalized_payload
         .order()
@@ -275,7 +282,10 @@ pub(super) async fn position_violation(
 }
 
 /// The commit found the account no longer active: say what it is now.
-pub(super) async fn account_inactive(st: &Executor, plan: &PlanRecord) -> Result<ApiError, ApiError> {
+pub(super) async fn account_inactive(
+    st: &Executor,
+    plan: &PlanRecord,
+) -> Result<ApiError, ApiError> {
     let status = match st.accounts.get_account(&plan.account_id).await? {
         Some(a) => a.status.to_string(),
         None => "gone".to_string(),

@@ -33,7 +33,6 @@ use super::plan::order_inputs_exposure;
 use super::{not_found, sha256_hex, ChatContext};
 use crate::core::auth::{Caller, Permission, TokenFault};
 use crate::core::clock::SharedClock;
-use crate::core::parse::check_ident;
 use crate::core::domain::calendar::ExchangeCalendar;
 use crate::core::domain::cl::ClContract;
 use crate::core::domain::ExposureDelta;
@@ -42,6 +41,7 @@ use crate::core::domain::{
     human_time, new_id, rfc3339, ActionStatus, ActionType, IdempotencyKey, Millis, QueueTarget,
 };
 use crate::core::error::{ApiError, Code};
+use crate::core::parse::check_ident;
 use crate::core::policy::ConfirmationMode;
 use crate::core::policy::Policy;
 use crate::core::policy::{self, OrderInputs};
@@ -318,7 +318,11 @@ fn accepted(d: &Decision) -> Option<Accepted> {
     }
 }
 
-fn replayed_rejection(code: &str, message: &str, details: &[crate::core::error::FieldError]) -> ApiError {
+fn replayed_rejection(
+    code: &str,
+    message: &str,
+    details: &[crate::core::error::FieldError],
+) -> ApiError {
     ApiError::new(Code::parse(code).unwrap_or(Code::Internal), message)
         .with_details(details.to_vec())
 }

@@ -30,7 +30,10 @@ pub(super) fn engaged(control: &crate::core::records::Control, order_id: &str) -
 /// execute), under the policy in force now. A kill switch engaged, a policy lowered, or a
 /// sync that raised the position, since execute stops the order here. `Some(error)`: do
 /// not send it.
-pub(super) async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option<String>, ApiError> {
+pub(super) async fn pre_broker_gate(
+    st: &Worker,
+    order: &Order,
+) -> Result<Option<String>, ApiError> {
     // Its three reads side by side: one of the control record for both the kill switch
     // and the policy in force, the exposure, the account.
     let account_id = &order.terms.account_id;
@@ -43,10 +46,12 @@ pub(super) async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option
         return Ok(Some(why));
     }
     let request = crate::core::domain::OrderSubmitCl {
-        account_id: crate::core::domain::Ident::parse(&order.terms.account_id).map_err(bad_message)?,
+        account_id: crate::core::domain::Ident::parse(&order.terms.account_id)
+            .map_err(bad_message)?,
         symbol: order.terms.symbol.clone(),
         side: order.terms.side,
-        quantity: crate::core::domain::Quantity::new(order.terms.quantity as i64).map_err(bad_message)?,
+        quantity: crate::core::domain::Quantity::new(order.terms.quantity as i64)
+            .map_err(bad_message)?,
         order_type: order.terms.order_type,
         limit_price: order.terms.limit_price,
         stop_price: order.terms.stop_price,
@@ -77,12 +82,14 @@ pub(super) async fn pre_broker_gate(st: &Worker, order: &Order) -> Result<Option
             c.name, c.reason, order.order_id
         )));
     }
-    Ok(crate::core::policy::position_gate(&inputs).err().map(|why| {
-        format!(
-            "policy_violation: position_limit: {why}; order {} was not sent to the broker",
-            order.order_id
-        )
-    }))
+    Ok(crate::core::policy::position_gate(&inputs)
+        .err()
+        .map(|why| {
+            format!(
+                "policy_violation: position_limit: {why}; order {} was not sent to the broker",
+                order.order_id
+            )
+        }))
 }
 
 /// Whether a `submitted` order's claim is old enough that no delivery can still be
@@ -95,7 +102,11 @@ pub(super) fn claim_abandoned(st: &Worker, order: &Order, now: Millis) -> bool {
 
 /// Moves an order the broker never saw to `rejected` (releasing what it reserved).
 /// `false`: it moved under us; read it again.
-pub(super) async fn reject_unsent(st: &Worker, order: &Order, now: Millis) -> Result<bool, ApiError> {
+pub(super) async fn reject_unsent(
+    st: &Worker,
+    order: &Order,
+    now: Millis,
+) -> Result<bool, ApiError> {
     let next = Order {
         status: OrderStatus::Rejected,
         updated_at: now.max(order.updated_at),

@@ -13,12 +13,12 @@ use axum::{Json, Router};
 use crate::app::AppState;
 use crate::core::domain::Ident;
 use crate::core::error::{ApiError, Code};
+use crate::core::usecases::reads::{wait_seconds, MAX_WAIT_S};
+use crate::core::usecases::views::ActionView;
 use crate::doors::http::api;
 use crate::doors::http::deadline::{lambda_deadline_ms, wait_reserve, wall_ms, within_deadline};
 use crate::doors::http::extract::{Authed, PathId, Query};
 use crate::doors::http::openapi::{schema, Api, Op};
-use crate::core::usecases::reads::{wait_seconds, MAX_WAIT_S};
-use crate::core::usecases::views::ActionView;
 
 pub fn api_doc() -> Api {
     Api::new().route(

@@ -9,11 +9,11 @@ use serde_json::json;
 use crate::app::AppState;
 use crate::core::domain::IdempotencyKey;
 use crate::core::error::{ApiError, Code};
+use crate::core::usecases::execute::{ExecuteOutcome, ExecuteRequest, RequestFacts};
 use crate::doors::http::api;
 use crate::doors::http::extract::{Authed, JsonBody, Query};
 use crate::doors::http::observe::current_request_id;
 use crate::doors::http::openapi::{schema, Api, Op};
-use crate::core::usecases::execute::{ExecuteOutcome, ExecuteRequest, RequestFacts};
 
 pub fn api_doc() -> Api {
     let accepted = |status: &str| {

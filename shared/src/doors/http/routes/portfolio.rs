@@ -11,10 +11,10 @@ use axum::{Json, Router};
 use crate::app::AppState;
 use crate::core::domain::Ident;
 use crate::core::error::{ApiError, Code};
+use crate::core::usecases::portfolio::{AllocationView, PortfolioView, RiskFlagsView};
 use crate::doors::http::api;
 use crate::doors::http::extract::{Authed, Query};
 use crate::doors::http::openapi::{schema, Api, Op};
-use crate::core::usecases::portfolio::{AllocationView, PortfolioView, RiskFlagsView};
 
 const ACCOUNT: &str = "The account. One the operator may not see is 404 `account_not_found`.";
 
