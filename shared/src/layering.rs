@@ -222,49 +222,33 @@ fn broken_rule(from: &str, to: &str) -> Option<&'static str> {
     None
 }
 
-#[test]
-fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Every file's module and the modules its code names.
+fn graph(root: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
     let mut files = Vec::new();
-    sources(&root, &mut files);
+    sources(root, &mut files);
     let modules: BTreeMap<Module, PathBuf> = files
         .iter()
-        .map(|f| (module_of(&root, f), f.clone()))
+        .map(|f| (module_of(root, f), f.clone()))
         .collect();
     let known: BTreeSet<Module> = modules.keys().cloned().collect();
-    let mut by_file: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
-    for (m, f) in &modules {
-        let text = code(&std::fs::read_to_string(f).expect("a source file"));
-        by_file.insert(m.clone(), references(m, &text, &known));
-    }
-    let edges: usize = by_file.values().map(BTreeSet::len).sum();
-    assert!(
-        edges > 200,
-        "the reader found only {edges} references: it is broken"
-    );
-    let doors_http = vec![
-        "doors".to_string(),
-        "http".to_string(),
-        "routes".to_string(),
-        "plan".to_string(),
-    ];
-    assert!(
-        by_file[&doors_http].contains(&vec!["core".into(), "usecases".into(), "plan".into()]),
-        "the reader misses the plan route's use of the plan use case"
-    );
+    modules
+        .iter()
+        .map(|(m, f)| {
+            let text = code(&std::fs::read_to_string(f).expect("a source file"));
+            (m.clone(), references(m, &text, &known))
+        })
+        .collect()
+}
 
-    if let Some(c) = cycle(&by_file) {
-        panic!(
-            "a cycle of files: {}",
-            c.iter()
-                .map(|m| m.join("::"))
-                .collect::<Vec<_>>()
-                .join(" -> ")
-        );
+/// The first rule the graph breaks, said plainly.
+fn verdict(by_file: &BTreeMap<Module, BTreeSet<Module>>) -> Result<(), String> {
+    if let Some(c) = cycle(by_file) {
+        let names: Vec<String> = c.iter().map(|m| m.join("::")).collect();
+        return Err(format!("a cycle of files: {}", names.join(" -> ")));
     }
     let mut by_part: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut broken = Vec::new();
-    for (m, refs) in &by_file {
+    for (m, refs) in by_file {
         for r in refs {
             let (a, b) = (part(m), part(r));
             if a == b || b == "crate" {
@@ -276,14 +260,72 @@ fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
             by_part.entry(a).or_default().insert(b);
         }
     }
-    assert!(
-        broken.is_empty(),
-        "layer rules broken:\n{}",
-        broken.join("\n")
-    );
-    if let Some(c) = cycle(&by_part) {
-        panic!("a cycle between parts of the tree: {}", c.join(" -> "));
+    if !broken.is_empty() {
+        return Err(format!("layer rules broken:\n{}", broken.join("\n")));
     }
+    if let Some(c) = cycle(&by_part) {
+        return Err(format!(
+            "a cycle between parts of the tree: {}",
+            c.join(" -> ")
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn the_module_graph_has_no_cycle_and_keeps_its_layers() {
+    let by_file = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let edges: usize = by_file.values().map(BTreeSet::len).sum();
+    assert!(
+        edges > 200,
+        "the reader found only {edges} references: it is broken"
+    );
+    let plan_route: Module = ["doors", "http", "routes", "plan"].map(String::from).into();
+    let plan_use_case: Module = ["core", "usecases", "plan"].map(String::from).into();
+    assert!(
+        by_file[&plan_route].contains(&plan_use_case),
+        "the reader misses the plan route's use of the plan use case"
+    );
+    if let Err(why) = verdict(&by_file) {
+        panic!("{why}");
+    }
+}
+
+#[test]
+fn a_tree_that_breaks_a_rule_is_refused() {
+    let root = std::env::temp_dir().join(format!("airlock-layering-{}", std::process::id()));
+    let write = |path: &str, text: &str| {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().expect("a folder")).expect("a folder");
+        std::fs::write(p, text).expect("a file");
+    };
+    write("lib.rs", "pub mod core;\npub mod doors;\n");
+    write("core/mod.rs", "pub mod domain;\npub mod usecases;\n");
+    write("core/usecases.rs", "use crate::core::domain::Symbol;\n");
+    write("core/domain.rs", "pub struct Symbol;\n");
+    write("doors/mod.rs", "pub mod http;\n");
+    write(
+        "doors/http.rs",
+        "use crate::core::{domain::Symbol, usecases};\n",
+    );
+    assert_eq!(verdict(&graph(&root)), Ok(()));
+
+    // The domain reaching a door (inside a use tree, in code, not a comment).
+    write(
+        "core/domain.rs",
+        "// crate::core::usecases is named here only in a comment\npub struct Symbol;\nfn f() { let _ = crate::doors::http::X; }\n",
+    );
+    let why = verdict(&graph(&root)).expect_err("the core reaches a door");
+    assert!(why.contains("core::domain -> doors::http"), "{why}");
+
+    // A cycle between two files of the core.
+    write(
+        "core/domain.rs",
+        "pub struct Symbol;\nuse super::usecases::Y;\n",
+    );
+    let why = verdict(&graph(&root)).expect_err("a cycle");
+    assert!(why.starts_with("a cycle of files"), "{why}");
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
