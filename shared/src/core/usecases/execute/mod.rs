@@ -361,57 +361,48 @@ impl Executor {
         header_key: Option<&str>,
         facts: RequestFacts<'_>,
     ) -> Result<ExecuteOutcome, ApiError> {
-        execute(self, caller, req, header_key, facts).await
-    }
-}
-
-async fn execute(
-    state: &Executor,
-    caller: &Caller,
-    req: ExecuteRequest,
-    header_key: Option<&str>,
-    facts: RequestFacts<'_>,
-) -> Result<ExecuteOutcome, ApiError> {
-    check_execute_request(&req)?;
-    caller.require(Permission::Execute)?;
-    super::parse_requested_by(&req.requested_by)?;
-    if let Some(h) = header_key {
-        if h != req.idempotency_key.as_str() {
-            return Err(ApiError::invalid(
-                "/idempotency_key",
-                "does not match the Idempotency-Key header; send the same key in both or only in the body",
-            ));
+        let state = self;
+        check_execute_request(&req)?;
+        caller.require(Permission::Execute)?;
+        super::parse_requested_by(&req.requested_by)?;
+        if let Some(h) = header_key {
+            if h != req.idempotency_key.as_str() {
+                return Err(ApiError::invalid(
+                    "/idempotency_key",
+                    "does not match the Idempotency-Key header; send the same key in both or only in the body",
+                ));
+            }
         }
+        let fingerprint = sha256_hex(
+            format!(
+                "{}\u{0}{}\u{0}{}",
+                req.plan_id, req.requested_by, caller.service.sub
+            )
+            .as_bytes(),
+        );
+        let ctx = Ctx {
+            state,
+            caller,
+            req: &req,
+            facts: &facts,
+            fingerprint,
+            scope: crate::core::records::key_scope(&caller.service.sub, &caller.operator.sub),
+            mine: Mutex::new(Vec::new()),
+            unsure: Mutex::new(None),
+            action_type: Mutex::new(None),
+            backlog_until: Mutex::new(None),
+            waited: std::sync::atomic::AtomicBool::new(false),
+            placed: std::sync::atomic::AtomicBool::new(false),
+        };
+        let result = execute_rounds(&ctx).await;
+        let action_type = ctx
+            .action_type
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map_or("unknown", ActionType::as_str);
+        record_metrics(action_type, &result);
+        result
     }
-    let fingerprint = sha256_hex(
-        format!(
-            "{}\u{0}{}\u{0}{}",
-            req.plan_id, req.requested_by, caller.service.sub
-        )
-        .as_bytes(),
-    );
-    let ctx = Ctx {
-        state,
-        caller,
-        req: &req,
-        facts: &facts,
-        fingerprint,
-        scope: crate::core::records::key_scope(&caller.service.sub, &caller.operator.sub),
-        mine: Mutex::new(Vec::new()),
-        unsure: Mutex::new(None),
-        action_type: Mutex::new(None),
-        backlog_until: Mutex::new(None),
-        waited: std::sync::atomic::AtomicBool::new(false),
-        placed: std::sync::atomic::AtomicBool::new(false),
-    };
-    let result = execute_rounds(&ctx).await;
-    let action_type = ctx
-        .action_type
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .map_or("unknown", ActionType::as_str);
-    record_metrics(action_type, &result);
-    result
 }
 
 async fn execute_rounds(ctx: &Ctx<'_>) -> Result<ExecuteOutcome, ApiError> {

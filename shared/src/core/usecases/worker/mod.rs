@@ -93,42 +93,52 @@ impl Worker {
     /// A panic while handling fails this message only: it is caught here, for the
     /// in-process consumer and the Lambda alike, and becomes an error like any other fault.
     pub async fn handle(&self, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
-        handle(self, body, last_attempt).await
+        let st = self;
+        let result = handle_message(st, body, last_attempt).await;
+        // `airlock_worker_messages_total{queue, outcome}`: `retried` is a fault (the message
+        // stays on its queue), the others delete it.
+        let queue = serde_json::from_str::<QueueMessage>(body)
+            .map_or("unknown", |m| m.action_type.queue_target().short_name());
+        let outcome = match &result {
+            Ok(Outcome::Succeeded) => "succeeded",
+            Ok(Outcome::Failed(_)) => "failed",
+            Ok(Outcome::AlreadyDone) => "already_done",
+            Ok(Outcome::Refused(_)) => "refused",
+            Err(_) => "retried",
+        };
+        metrics::counter!(crate::metrics::WORKER_MESSAGES, "queue" => queue, "outcome" => outcome)
+            .increment(1);
+        result
     }
 
     /// A message left unhandled because an earlier one of its group failed: on its last
     /// receive, its action is settled as failed, like a last attempt.
     pub async fn skipped(&self, body: &str, receive_count: u32) {
-        skipped(self, body, receive_count).await
+        if receive_count >= crate::core::records::MAX_RECEIVES {
+            let e = ApiError::unavailable("an earlier message of its group kept failing");
+            if let Err(err) = give_up(self, body, &e).await {
+                tracing::error!(
+                    cause = err.cause.as_deref().unwrap_or(&err.message),
+                    "giving up a skipped message failed; the dead-letter sweep settles it"
+                );
+            }
+        }
     }
 
     /// Re-checks every working order against the broker (after a price change); returns
     /// how many changed.
     pub async fn reconcile_working_orders(&self) -> Result<usize, ApiError> {
-        reconcile_working_orders(self).await
+        reconcile_orders(
+            self,
+            None,
+            &[OrderStatus::Working, OrderStatus::PartiallyFilled],
+        )
+        .await
     }
 
     fn policy_for<'a>(&'a self, control: &'a crate::core::records::Control) -> &'a Policy {
         crate::core::policy::in_force(&self.policy, control)
     }
-}
-
-async fn handle(st: &Worker, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
-    let result = handle_message(st, body, last_attempt).await;
-    // `airlock_worker_messages_total{queue, outcome}`: `retried` is a fault (the message
-    // stays on its queue), the others delete it.
-    let queue = serde_json::from_str::<QueueMessage>(body)
-        .map_or("unknown", |m| m.action_type.queue_target().short_name());
-    let outcome = match &result {
-        Ok(Outcome::Succeeded) => "succeeded",
-        Ok(Outcome::Failed(_)) => "failed",
-        Ok(Outcome::AlreadyDone) => "already_done",
-        Ok(Outcome::Refused(_)) => "refused",
-        Err(_) => "retried",
-    };
-    metrics::counter!(crate::metrics::WORKER_MESSAGES, "queue" => queue, "outcome" => outcome)
-        .increment(1);
-    result
 }
 
 async fn handle_message(st: &Worker, body: &str, last_attempt: bool) -> Result<Outcome, ApiError> {
@@ -336,18 +346,6 @@ fn settle<'a>(msg: &'a QueueMessage, outcome: &'a Outcome, at: Millis) -> Action
 /// A message left unhandled because an earlier one of its group failed. On its last
 /// receive it goes to the dead-letter queue with that one, never having run: settle its
 /// action as failed (which releases an order's reservation) like a last attempt.
-async fn skipped(st: &Worker, body: &str, receive_count: u32) {
-    if receive_count >= crate::core::records::MAX_RECEIVES {
-        let e = ApiError::unavailable("an earlier message of its group kept failing");
-        if let Err(err) = give_up(st, body, &e).await {
-            tracing::error!(
-                cause = err.cause.as_deref().unwrap_or(&err.message),
-                "giving up a skipped message failed; the dead-letter sweep settles it"
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

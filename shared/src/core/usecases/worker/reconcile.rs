@@ -23,16 +23,6 @@ pub(super) async fn reconcile_order(st: &Worker, order: &Order) -> Result<bool, 
     Ok(moved && record(st, order, &ack, st.clock.now_ms(), None).await?)
 }
 
-/// Asks the broker about every working order (after a price change) and records fills.
-pub(super) async fn reconcile_working_orders(st: &Worker) -> Result<usize, ApiError> {
-    reconcile_orders(
-        st,
-        None,
-        &[OrderStatus::Working, OrderStatus::PartiallyFilled],
-    )
-    .await
-}
-
 /// Asks the broker about the orders in `statuses` (of one account, or all) and records
 /// what moved. Returns how many changed.
 pub(super) async fn reconcile_orders(
