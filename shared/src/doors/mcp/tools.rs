@@ -11,20 +11,15 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::core::auth::{Caller, Permission};
-use crate::core::domain::{
-    ActionType, IdempotencyKey, JobKind, JobStatus, OrderCancel, OrderStatus, OrderSubmitCl,
-    PositionsSync,
-};
+use crate::core::domain::{ActionType, IdempotencyKey, OrderCancel, OrderSubmitCl, PositionsSync};
 use crate::core::error::{ApiError, Code};
 use crate::core::parse::from_value;
-use crate::core::ports::{JobFilter, OrderFilter};
 use crate::core::usecases::execute::{ExecuteOutcome, ExecuteRequest, Executor, RequestFacts};
 use crate::core::usecases::plan::{PlanRequest, PlanResponse, Planner};
 use crate::core::usecases::reads::{PageRequest, Reads};
-use crate::core::usecases::views::{
-    AccountView, ActionView, JobView, ListingView, OrderView, PositionView,
-};
+use crate::core::usecases::views::{ActionView, ListingView, Viewed};
 use crate::core::usecases::ChatContext;
+use crate::doors::http::routes::{accounts, jobs, orders, positions, ListingTool};
 
 /// One tool as a client sees it.
 #[derive(Debug, Clone)]
@@ -69,46 +64,6 @@ pub enum ToolOutcome {
         expires_at: String,
         message: String,
     },
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct PageArgs {
-    /// Rows per page, 1 to 200 (default 50).
-    #[schemars(range(min = 1, max = 200))]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page, unchanged.
-    cursor: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct PositionsArgs {
-    /// Only this account.
-    account_id: Option<crate::core::domain::Ident>,
-    #[schemars(range(min = 1, max = 200))]
-    limit: Option<u32>,
-    cursor: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct OrdersArgs {
-    account_id: Option<crate::core::domain::Ident>,
-    status: Option<OrderStatus>,
-    #[schemars(range(min = 1, max = 200))]
-    limit: Option<u32>,
-    cursor: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct JobsArgs {
-    kind: Option<JobKind>,
-    status: Option<JobStatus>,
-    #[schemars(range(min = 1, max = 200))]
-    limit: Option<u32>,
-    cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -205,6 +160,75 @@ fn output(mut answer: Value) -> Value {
 
 const READ: (bool, bool, bool) = (true, false, true);
 
+/// A tool call's future.
+type Call<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ToolOutcome, ApiError>> + Send + 'a>>;
+
+/// A listing tool: described with its REST route (`listing_route!`), read by the same use case.
+struct Listing {
+    name: &'static str,
+    def: fn() -> ToolDef,
+    call: for<'a> fn(&'a Tools, &'a Caller, Value) -> Call<'a>,
+}
+
+/// The listing tools, in the catalog's order.
+const LISTINGS: [Listing; 4] = [
+    listing::<accounts::Tool>(),
+    listing::<positions::Tool>(),
+    listing::<orders::Tool>(),
+    listing::<jobs::Tool>(),
+];
+
+const fn listing<L: ListingTool>() -> Listing
+where
+    for<'a> &'a L::Row: Into<<L::Row as Viewed<'a>>::View>,
+    <L::Row as Viewed<'static>>::View: JsonSchema,
+{
+    Listing {
+        name: L::TOOL.0,
+        def: listing_def::<L>,
+        call: listing_call::<L>,
+    }
+}
+
+fn listing_def<L: ListingTool>() -> ToolDef
+where
+    <L::Row as Viewed<'static>>::View: JsonSchema,
+{
+    let (name, title, description) = L::TOOL;
+    let (read_only, destructive, idempotent) = READ;
+    ToolDef {
+        name,
+        title,
+        description,
+        permission: Permission::Read,
+        read_only,
+        destructive,
+        idempotent,
+        input_schema: schema_of::<L::Args>(),
+        output_schema: output(listing_schema::<<L::Row as Viewed<'static>>::View>(L::NAME)),
+    }
+}
+
+fn listing_call<'a, L: ListingTool>(tools: &'a Tools, caller: &'a Caller, args: Value) -> Call<'a>
+where
+    for<'b> &'b L::Row: Into<<L::Row as Viewed<'b>>::View>,
+{
+    Box::pin(async move {
+        let a: L::Args = from_value(args, "")?;
+        let (limit, cursor) = L::page(&a);
+        let l = L::read(&tools.reads, caller, a, &page(limit, cursor)?).await?;
+        let text = listing_text(l.rows.len(), L::NAME, l.next_cursor.is_some());
+        done(
+            &ListingView {
+                name: L::NAME,
+                listing: &l,
+            },
+            text,
+        )
+    })
+}
+
 /// Every tool, in a stable order.
 pub fn catalog() -> &'static [ToolDef] {
     static TOOLS: OnceLock<Vec<ToolDef>> = OnceLock::new();
@@ -221,11 +245,8 @@ pub fn catalog() -> &'static [ToolDef] {
             output_schema: output(output_schema),
         };
         let plan_out = schema_of::<PlanResponse>();
-        vec![
-            tool("list_accounts", "List accounts", "Accounts the operator may see (desk-filtered), by account id. Page with next_cursor.", Permission::Read, READ, schema_of::<PageArgs>(), listing_schema::<AccountView<'static>>("accounts")),
-            tool("list_positions", "List positions", "Signed positions in contracts (long > 0, short < 0) with average prices, optionally for one account.", Permission::Read, READ, schema_of::<PositionsArgs>(), listing_schema::<PositionView<'static>>("positions")),
-            tool("list_orders", "List orders", "Orders newest first, optionally by account and status.", Permission::Read, READ, schema_of::<OrdersArgs>(), listing_schema::<OrderView<'static>>("orders")),
-            tool("list_jobs", "List jobs", "Jobs (positions syncs) newest first, with their results or errors.", Permission::Read, READ, schema_of::<JobsArgs>(), listing_schema::<JobView<'static>>("jobs")),
+        let listings = LISTINGS.iter().map(|l| (l.def)());
+        listings.chain([
             tool("get_action", "Get an action's status", "The status of an executed action (queued, processing, succeeded, failed). Pass wait (seconds, up to 20) to get the answer as soon as the status changes.", Permission::Read, READ, schema_of::<ActionArgs>(), schema_of::<ActionView<'static>>()),
             tool("portfolio_analysis", "Analyse an account's portfolio", "What an account's CL positions are worth and risk: per position the notional (contracts x 1,000 barrels x reference price, USD) and unrealized P&L; gross and net notional, net contracts. Decimal strings.", Permission::Read, READ, schema_of::<AccountArgs>(), schema_of::<crate::core::usecases::portfolio::PortfolioView>()),
             tool("allocation_breakdown", "Break down the allocation", "Where the gross notional sits: by contract month, by side and by desk, as percentages that sum to 100. Without account_id, every account the operator may see.", Permission::Read, READ, schema_of::<AllocationArgs>(), schema_of::<crate::core::usecases::portfolio::AllocationView>()),
@@ -234,7 +255,7 @@ pub fn catalog() -> &'static [ToolDef] {
             tool("plan_cancel_order", "Plan an order cancel", "Validate cancelling an open order. Returns a preview and a confirmation_token for execute_plan. Cancels nothing by itself.", Permission::Plan, READ, schema_of::<OrderCancel>(), plan_out.clone()),
             tool("plan_positions_sync", "Plan a positions sync", "Plan rebuilding an account's positions from the broker's view. Returns a preview and a confirmation_token for execute_plan.", Permission::Plan, READ, schema_of::<PositionsSync>(), plan_out),
             tool("execute_plan", "Execute a plan", "Queue a planned action for the workers, after the operator confirmed it (orders: approved on the approval page). Safe to retry: the same plan and caller never execute twice. Report progress with get_action.", Permission::Execute, (false, true, true), schema_of::<ExecuteArgs>(), schema_of::<crate::core::usecases::execute::Accepted>()),
-        ]
+        ]).collect()
     })
 }
 
@@ -433,76 +454,10 @@ impl Tools {
     ) -> Result<ToolOutcome, ApiError> {
         caller.require(tool.permission)?;
         let args = if args.is_null() { json!({}) } else { args };
+        if let Some(l) = LISTINGS.iter().find(|l| l.name == tool.name) {
+            return (l.call)(self, caller, args).await;
+        }
         match tool.name {
-            "list_accounts" => {
-                let a: PageArgs = from_value(args, "")?;
-                let l = self
-                    .reads
-                    .accounts(caller, &page(a.limit, a.cursor)?)
-                    .await?;
-                let text = listing_text(l.rows.len(), "accounts", l.next_cursor.is_some());
-                done(
-                    &ListingView {
-                        name: "accounts",
-                        listing: &l,
-                    },
-                    text,
-                )
-            }
-            "list_positions" => {
-                let a: PositionsArgs = from_value(args, "")?;
-                let id = a.account_id.as_ref().map(|i| i.as_str());
-                let l = self
-                    .reads
-                    .positions(caller, id, &page(a.limit, a.cursor)?)
-                    .await?;
-                let text = listing_text(l.rows.len(), "positions", l.next_cursor.is_some());
-                done(
-                    &ListingView {
-                        name: "positions",
-                        listing: &l,
-                    },
-                    text,
-                )
-            }
-            "list_orders" => {
-                let a: OrdersArgs = from_value(args, "")?;
-                let filter = OrderFilter {
-                    account_id: a.account_id.map(|i| i.as_str().to_string()),
-                    status: a.status,
-                };
-                let l = self
-                    .reads
-                    .orders(caller, filter, &page(a.limit, a.cursor)?)
-                    .await?;
-                let text = listing_text(l.rows.len(), "orders", l.next_cursor.is_some());
-                done(
-                    &ListingView {
-                        name: "orders",
-                        listing: &l,
-                    },
-                    text,
-                )
-            }
-            "list_jobs" => {
-                let a: JobsArgs = from_value(args, "")?;
-                let filter = JobFilter {
-                    kind: a.kind,
-                    status: a.status,
-                };
-                let l = self
-                    .reads
-                    .jobs(caller, filter, &page(a.limit, a.cursor)?)
-                    .await?;
-                let text = listing_text(l.rows.len(), "jobs", l.next_cursor.is_some());
-                done(
-                    &ListingView {
-                        name: "jobs",
-                        listing: &l,
-                    },
-                    text,
-                )
-            }
             "get_action" => {
                 let a: ActionArgs = from_value(args, "")?;
                 let wait = crate::core::usecases::reads::wait_seconds(

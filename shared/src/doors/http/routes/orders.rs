@@ -1,9 +1,21 @@
 //! `GET /orders?account_id=&status=`: orders on the operator's desks, newest first.
 
-use crate::core::domain::{Ident, OrderStatus};
+use serde::Deserialize;
+
+use crate::core::domain::{Ident, Order, OrderStatus};
 use crate::core::error::Code;
 use crate::core::ports::OrderFilter;
-use crate::core::usecases::views::OrderView;
+
+// The tool's arguments (a doc comment would show in the tool's input schema).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrdersArgs {
+    account_id: Option<Ident>,
+    status: Option<OrderStatus>,
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
 
 listing_route! {
     name: "orders",
@@ -18,10 +30,19 @@ listing_route! {
     ],
     errors: [Code::AccountNotFound],
     answer: "One page of orders, newest first.",
-    page: OrderPage { orders: OrderView<'static> },
+    page: OrderPage { orders: Order },
     filter: |q| OrderFilter {
         account_id: q.ident("account_id")?,
         status: q.parsed("status")?,
     },
-    read: |st, caller, filter, page| st.reads.orders(&caller, filter, &page).await?,
+    tool: (
+        "list_orders",
+        "List orders",
+        "Orders newest first, optionally by account and status."
+    ),
+    args: OrdersArgs => |a| OrderFilter {
+        account_id: a.account_id.map(|i| i.as_str().to_string()),
+        status: a.status,
+    },
+    read: |reads, caller, filter, page| reads.orders(caller, filter, page).await?,
 }
