@@ -179,7 +179,8 @@ pub const IDEMPOTENCY: Table = Table {
 /// so the sweeper still finds the actions accepted before the upgrade (every write that
 /// takes an action out of the sweeper's view removes both attributes). An action leaves it
 /// within a day (sent, or retired once its idempotency key expired); the release after
-/// drops the index (docs/DECISIONS.md, "The unsent index is sharded").
+/// drops the index (docs/DECISIONS.md, "The single-partition unsent index is read until it
+/// empties").
 pub const ACTIONS: Table = Table {
     logical_id: "ActionsTable",
     env: "AIRLOCK_ACTIONS_TABLE",
