@@ -6,7 +6,7 @@ use super::audit::audit_put;
 use super::control::{control_from_item, control_shard, CONTROL_ID};
 use super::ddb::{self, idempotency_pk, n, opt_s, s, Item};
 use super::plans::plan_from_item;
-use super::tables::built;
+use super::tables::{built, put_and_update};
 use super::{unavailable, Aws, ConditionFailure, Names};
 use crate::core::domain::Millis;
 use crate::core::error::{StoreError, StoreResult};
@@ -423,14 +423,7 @@ impl ExecuteLedger for Aws {
             ))
             .condition_expression("attribute_exists(action_id)")
             .expression_attribute_values(":now", n(now));
-        let items = [
-            TransactWriteItem::builder()
-                .put(built(put.build())?)
-                .build(),
-            TransactWriteItem::builder()
-                .update(built(up.build())?)
-                .build(),
-        ];
+        let items = put_and_update(put, up)?;
         // A conflict retried inside (`transact_if`): a `false` here means the lease is gone.
         self.transact_if(&items, "mark sent").await
     }

@@ -294,6 +294,22 @@ pub(super) fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> 
     r.map_err(|e| StoreError::Corrupt(format!("building a request: {e}")))
 }
 
+/// A put and an update written together, as a transaction's items.
+pub(super) fn put_and_update(
+    put: aws_sdk_dynamodb::types::builders::PutBuilder,
+    up: aws_sdk_dynamodb::types::builders::UpdateBuilder,
+) -> StoreResult<[aws_sdk_dynamodb::types::TransactWriteItem; 2]> {
+    use aws_sdk_dynamodb::types::TransactWriteItem;
+    Ok([
+        TransactWriteItem::builder()
+            .put(built(put.build())?)
+            .build(),
+        TransactWriteItem::builder()
+            .update(built(up.build())?)
+            .build(),
+    ])
+}
+
 impl Aws {
     /// One `TransactWriteItems`: `true` if written, `false` if a condition failed (read
     /// again and decide again). A transaction cancelled only by `TransactionConflict` was

@@ -5,7 +5,7 @@ use super::ddb::{self, from_body, n, s};
 use super::jobs::job_item;
 use super::orders::order_item;
 use super::positions::position_put;
-use super::tables::built;
+use super::tables::{built, put_and_update};
 use super::{is_condition_failure, unavailable, Aws};
 use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
 use crate::core::error::{StoreError, StoreResult};
@@ -35,14 +35,7 @@ impl WorkerStore for Aws {
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(order_id)");
         let up = ddb::exposure_update(&self.names.exposures, &exposure);
-        let items = [
-            TransactWriteItem::builder()
-                .put(built(put.build())?)
-                .build(),
-            TransactWriteItem::builder()
-                .update(built(up.build())?)
-                .build(),
-        ];
+        let items = put_and_update(put, up)?;
         if self.transact_if(&items, "create order").await? {
             return Ok(Stored::Created(o.clone()));
         }
