@@ -2,7 +2,7 @@
 # Installs the local AWS emulator (moto's server mode) that the AWS-backend tests run against:
 # a virtualenv at <repo>/.venv with pinned moto[server] and cryptography (KMS ECC signing),
 # and libfaketime (its wheel ships the x86-64 libfaketime.so.1, linked to
-# <repo>/.venv/lib/libfaketime.so.1): the permission proof (tests/tests/permissions.rs) runs
+# <repo>/.venv/lib/libfaketime.so.1): the permission proof (tests/tests/e2e/permissions.rs) runs
 # the real Lambda binaries, which read only the system clock, at a fixed trading hour.
 #
 # Idempotent and fast when already installed: pip runs only when an installed version differs

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Schemathesis (the API fuzzer that tests/tests/schemathesis.rs runs against
+# Installs Schemathesis (the API fuzzer that tests/tests/e2e/openapi.rs runs against
 # `airlock serve`) and openapi-spec-validator (checks docs/openapi.json is valid OpenAPI 3.1)
 # from PyPI into <repo>/.venv/st, a virtualenv of their own (their pins of click, pydantic
 # and jsonschema differ from moto's and SAM's), then validates docs/openapi.json.

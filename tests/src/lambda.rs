@@ -36,7 +36,7 @@
 //! it in `requestContext.path`, so a REST API deployment of these functions needs
 //! `AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH=true` in each function's environment
 //! ([`IGNORE_STAGE_ENV`]). [`apigw_rest_event`] builds events the way API Gateway does (stage
-//! [`STAGE`]); `tests/tests/lambda.rs` checks both behaviours. The query string comes from
+//! [`STAGE`]); `tests/tests/e2e/lambda.rs` checks both behaviours. The query string comes from
 //! `multiValueQueryStringParameters` when non-empty, else `queryStringParameters`; request
 //! headers are `multiValueHeaders` overlaid with `headers`. A `Host` header makes the URI
 //! absolute (`https://host/...`), which axum routes by path alike. The v1 response puts every
