@@ -529,6 +529,64 @@ pub async fn broker_book(cfg: Config, backend: Backend, account: &str) -> Result
     Ok(())
 }
 
+#[derive(Subcommand)]
+pub enum BrokerCommand {
+    /// Fill N contracts of a working order at the broker (at --price, by default its limit
+    /// price, else the reference price), leaving it partially filled or filled; then
+    /// reconcile working orders, as `prices` does, so Airlock records the fill.
+    Fill {
+        #[arg(long)]
+        account: String,
+        /// The order id (the broker's client order id).
+        #[arg(long)]
+        order: String,
+        #[arg(long)]
+        quantity: u32,
+        #[arg(long)]
+        price: Option<String>,
+    },
+}
+
+pub async fn broker(cfg: Config, backend: Backend, action: BrokerCommand) -> Result<(), String> {
+    let BrokerCommand::Fill {
+        account,
+        order,
+        quantity,
+        price,
+    } = action;
+    let price = price
+        .as_deref()
+        .map(airlock::core::domain::Price::parse_input)
+        .transpose()
+        .map_err(|e| format!("--price: {e}"))?;
+    let state = state(cfg, backend).await?;
+    let filled = state
+        .ports
+        .paper
+        .fill(&account, &order, quantity, price)
+        .await
+        .map_err(|e| e.to_string())??;
+    let n = state
+        .worker
+        .reconcile_working_orders()
+        .await
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "{order}: {} of {} filled, {}; {n} working order(s) changed",
+        filled.filled_quantity,
+        filled.terms.quantity,
+        serde_json::to_value(filled.status)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    );
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(&filled).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
 pub async fn redeliver(
     cfg: Config,
     backend: Backend,

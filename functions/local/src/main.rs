@@ -101,6 +101,11 @@ enum Command {
     },
     /// The paper broker's book of an account: its orders and positions as the broker sees them.
     BrokerBook { account: String },
+    /// Act as the paper broker's market: `fill` fills part or all of a working order.
+    Broker {
+        #[command(subcommand)]
+        action: commands::BrokerCommand,
+    },
     /// Set an account's status (active, suspended, closed). Only active accounts can have
     /// orders submitted; execute re-checks it atomically, so a suspension stops plans
     /// already confirmed.
@@ -226,6 +231,7 @@ fn main() -> std::process::ExitCode {
                 commands::prices(cfg, backend, symbol, price).await
             }
             Command::BrokerBook { account } => commands::broker_book(cfg, backend, &account).await,
+            Command::Broker { action } => commands::broker(cfg, backend, action).await,
             Command::AccountStatus { account, status } => {
                 commands::account_status(cfg, backend, &account, &status).await
             }

@@ -42,10 +42,14 @@ use async_trait::async_trait;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::core::domain::fills::try_apply_fill;
-use crate::core::domain::{OrderType, Price, Side, TimeInForce};
+use crate::core::clock::SharedClock;
+use crate::core::domain::fills::{average_after, try_apply_fill};
+use crate::core::domain::{Millis, OrderType, Price, Side, TimeInForce};
 use crate::core::error::{StoreError, StoreResult};
-use crate::core::ports::broker::{Broker, BrokerOrder, BrokerPosition, BrokerStatus};
+use crate::core::ports::broker::{
+    Broker, BrokerOrder, BrokerOrderVersion, BrokerPosition, BrokerStatus, ReplaceOutcome,
+    Replacement,
+};
 use crate::core::ports::{PaperBookStore, PaperDoc, Prices};
 
 pub const PRICES_KEY: &str = "prices";
@@ -90,6 +94,9 @@ pub struct PaperBroker {
     /// Per account, the turn its book's writers in this process take (see the module's
     /// notes). One entry per account this process wrote to.
     books: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// When orders take their place in the queue ([`BrokerOrder::priority_at`]) and are
+    /// replaced: the system clock until [`PaperBroker::set_clock`] gives the application's.
+    clock: std::sync::RwLock<SharedClock>,
 }
 
 /// Reference prices by contract symbol.
@@ -175,7 +182,21 @@ fn fill(
     o: &mut BrokerOrder,
     price: Price,
 ) -> Result<(), String> {
-    let qty = o.terms.quantity.saturating_sub(o.filled_quantity);
+    let rest = o.terms.quantity.saturating_sub(o.filled_quantity);
+    fill_part(positions, o, rest, price)
+}
+
+/// Fills `qty` contracts of `o` (at most what is left) at `price` and moves the account's
+/// position: `o` is `filled` when nothing is left, else `partially_filled`, and its average
+/// fill price is over all its fills. `Err`: the position or the average after the fill
+/// cannot be represented; nothing changed.
+fn fill_part(
+    positions: &mut BTreeMap<String, BrokerPosition>,
+    o: &mut BrokerOrder,
+    qty: u32,
+    price: Price,
+) -> Result<(), String> {
+    let qty = qty.min(o.terms.quantity.saturating_sub(o.filled_quantity));
     let (q, avg) = match positions.get(&o.terms.symbol) {
         Some(pos) => try_apply_fill(pos.quantity, pos.avg_price, o.terms.side, qty, price),
         None => try_apply_fill(0, None, o.terms.side, qty, price),
@@ -186,9 +207,15 @@ fn fill(
             o.terms.symbol
         )
     })?;
-    o.status = BrokerStatus::Filled;
-    o.filled_quantity = o.terms.quantity;
-    o.avg_fill_price = Some(price);
+    let order_avg = average_after(o.filled_quantity, o.avg_fill_price, qty, price)
+        .ok_or_else(|| format!("a fill of {qty} at {price} has no average the broker can hold"))?;
+    o.filled_quantity += qty;
+    o.status = if o.filled_quantity >= o.terms.quantity {
+        BrokerStatus::Filled
+    } else {
+        BrokerStatus::PartiallyFilled
+    };
+    o.avg_fill_price = Some(order_avg);
     let pos = positions
         .entry(o.terms.symbol.clone())
         .or_insert(BrokerPosition {
@@ -201,42 +228,32 @@ fn fill(
     Ok(())
 }
 
-/// The broker's answer to a new order at the `reference` price: rejected (no price, or
-/// outside the band), cancelled (IOC or FOK that cannot fill at once), working, or filled,
-/// which moves `positions`. `true` if it filled.
-fn accept(
-    order: &BrokerOrder,
-    reference: Option<Price>,
-    positions: &mut BTreeMap<String, BrokerPosition>,
-) -> (BrokerOrder, bool) {
-    let mut o = order.clone();
-    o.status = BrokerStatus::Working;
-    o.filled_quantity = 0;
-    o.avg_fill_price = None;
-    o.triggered = false;
+/// Why the broker refuses prices at the `reference` price (none known, or outside the
+/// band), as it checks a new order's and a replace's.
+fn price_refusal(o: &BrokerOrder, reference: Option<Price>) -> Result<Price, String> {
     let Some(reference) = reference else {
-        o.status = BrokerStatus::Rejected;
-        o.reason = Some(format!("no reference price for {}", o.terms.symbol));
-        return (o, false);
+        return Err(format!("no reference price for {}", o.terms.symbol));
     };
     for p in o.terms.prices() {
         if !within_band(p, reference) {
-            o.status = BrokerStatus::Rejected;
-            o.reason = Some(format!(
+            return Err(format!(
                 "price {p} is outside the broker's band around the reference {reference}"
             ));
-            return (o, false);
         }
     }
-    match crossing(&mut o, reference) {
-        Some(price) => match fill(positions, &mut o, price) {
-            Ok(()) => (o, true),
-            Err(why) => {
-                o.status = BrokerStatus::Rejected;
-                o.reason = Some(why);
-                (o, false)
-            }
-        },
+    Ok(reference)
+}
+
+/// A working order checked against the market at `reference`, as on its arrival: filled if
+/// it crosses (which moves `positions`; `true`), cancelled if it is IOC or FOK and cannot
+/// fill at once, else still working. `Err`: the fill cannot be held; nothing changed.
+fn check_arrival(
+    o: &mut BrokerOrder,
+    reference: Price,
+    positions: &mut BTreeMap<String, BrokerPosition>,
+) -> Result<bool, String> {
+    match crossing(o, reference) {
+        Some(price) => fill(positions, o, price).map(|()| true),
         None => {
             if matches!(o.terms.time_in_force, TimeInForce::Ioc | TimeInForce::Fok) {
                 o.status = BrokerStatus::Cancelled;
@@ -245,9 +262,146 @@ fn accept(
                     o.terms.time_in_force
                 ));
             }
+            Ok(false)
+        }
+    }
+}
+
+/// The broker's answer to a new order at the `reference` price, accepted at `now`:
+/// rejected (no price, or outside the band), cancelled (IOC or FOK that cannot fill at
+/// once), working, or filled, which moves `positions`. `true` if it filled.
+fn accept(
+    order: &BrokerOrder,
+    reference: Option<Price>,
+    positions: &mut BTreeMap<String, BrokerPosition>,
+    now: Millis,
+) -> (BrokerOrder, bool) {
+    let mut o = order.clone();
+    o.status = BrokerStatus::Working;
+    o.filled_quantity = 0;
+    o.avg_fill_price = None;
+    o.triggered = false;
+    o.priority_at = now;
+    let reference = match price_refusal(&o, reference) {
+        Ok(r) => r,
+        Err(why) => {
+            o.status = BrokerStatus::Rejected;
+            o.reason = Some(why);
+            return (o, false);
+        }
+    };
+    match check_arrival(&mut o, reference, positions) {
+        Ok(filled) => (o, filled),
+        Err(why) => {
+            o.status = BrokerStatus::Rejected;
+            o.reason = Some(why);
             (o, false)
         }
     }
+}
+
+fn order_status_text(s: BrokerStatus) -> &'static str {
+    match s {
+        BrokerStatus::Working => "working",
+        BrokerStatus::PartiallyFilled => "partially filled",
+        BrokerStatus::Filled => "filled",
+        BrokerStatus::Cancelled => "cancelled",
+        BrokerStatus::Rejected => "rejected",
+    }
+}
+
+/// Why an order of type `t` cannot carry these prices (a limit order needs its limit, a
+/// stop order its stop, and neither may carry the other's).
+fn prices_refusal(t: OrderType, limit: Option<Price>, stop: Option<Price>) -> Option<String> {
+    let needs_limit = matches!(t, OrderType::Limit | OrderType::StopLimit);
+    let needs_stop = matches!(t, OrderType::Stop | OrderType::StopLimit);
+    if needs_limit != limit.is_some() || needs_stop != stop.is_some() {
+        let what = |needed: bool, name: &str| {
+            if needed {
+                format!("needs a {name} price")
+            } else {
+                format!("takes no {name} price")
+            }
+        };
+        return Some(format!(
+            "a {t} order {} and {}",
+            what(needs_limit, "limit"),
+            what(needs_stop, "stop")
+        ));
+    }
+    None
+}
+
+/// The broker's answer to a replace of `o` by `change` at the `reference` price, at `now`
+/// (exchange semantics): `Ok` with the order after the replace, re-checked against the
+/// market as a new order is (it may fill, which moves `positions`, or be cancelled as an
+/// IOC or FOK that cannot fill at once); `Err` with the reason it is refused, nothing
+/// changed. A resend of the order's own version is the order as it is.
+fn replace_terms(
+    o: &BrokerOrder,
+    change: &Replacement,
+    reference: Option<Price>,
+    positions: &mut BTreeMap<String, BrokerPosition>,
+    now: Millis,
+) -> Result<BrokerOrder, String> {
+    if change.version == o.version && o.version > 1 {
+        return Ok(o.clone());
+    }
+    if change.version <= o.version {
+        return Err(format!(
+            "stale replace: version {} is not after the order's version {}",
+            change.version, o.version
+        ));
+    }
+    if !matches!(
+        o.status,
+        BrokerStatus::Working | BrokerStatus::PartiallyFilled
+    ) {
+        return Err(format!(
+            "order {} is {}: nothing is left to replace",
+            o.client_order_id,
+            order_status_text(o.status)
+        ));
+    }
+    if change.quantity == 0 || change.quantity < o.filled_quantity {
+        return Err(format!(
+            "quantity {} is below the {} already filled (or zero)",
+            change.quantity, o.filled_quantity
+        ));
+    }
+    if let Some(why) = prices_refusal(o.terms.order_type, change.limit_price, change.stop_price) {
+        return Err(why);
+    }
+    let mut next = o.clone();
+    next.versions.push(BrokerOrderVersion {
+        version: o.version,
+        quantity: o.terms.quantity,
+        limit_price: o.terms.limit_price,
+        stop_price: o.terms.stop_price,
+        time_in_force: o.terms.time_in_force,
+        priority_at: o.priority_at,
+        replaced_at: now,
+    });
+    next.version = change.version;
+    next.terms.quantity = change.quantity;
+    next.terms.limit_price = change.limit_price;
+    next.terms.stop_price = change.stop_price;
+    next.terms.time_in_force = change.time_in_force;
+    // Time priority: a new price, or more contracts, go to the back of the queue; fewer
+    // contracts at the same prices keep their place.
+    let repriced = (next.terms.limit_price, next.terms.stop_price)
+        != (o.terms.limit_price, o.terms.stop_price);
+    if repriced || next.terms.quantity > o.terms.quantity {
+        next.priority_at = now;
+    }
+    let reference = price_refusal(&next, reference)?;
+    if next.filled_quantity == next.terms.quantity {
+        // Cut to what has filled: nothing is left to trade.
+        next.status = BrokerStatus::Filled;
+        return Ok(next);
+    }
+    check_arrival(&mut next, reference, positions)?;
+    Ok(next)
 }
 
 impl PaperBroker {
@@ -256,7 +410,23 @@ impl PaperBroker {
             store,
             prices: std::sync::Mutex::new(None),
             books: Default::default(),
+            clock: std::sync::RwLock::new(Arc::new(crate::core::clock::OffsetClock::system())),
         }
+    }
+
+    /// Reads time from `clock` (the application's) from now on.
+    pub fn set_clock(&self, clock: SharedClock) {
+        *self
+            .clock
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = clock;
+    }
+
+    fn now_ms(&self) -> Millis {
+        self.clock
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .now_ms()
     }
 
     /// Waits for this process's turn to write `account_id`'s book; the turn lasts as long
@@ -379,6 +549,90 @@ impl PaperBroker {
         }
     }
 
+    /// An operator's fill: `quantity` contracts of a working (or partly filled) order at
+    /// `price`, by default its limit price, else the reference price; it moves the
+    /// account's position and leaves the order `partially_filled`, or `filled` when
+    /// nothing is left. Refused (the inner `Err`, nothing changed) for an unknown order, one
+    /// that is no longer working, a quantity of 0 or more than is left, no price, or a
+    /// price worse than the order's limit.
+    pub async fn fill(
+        &self,
+        account_id: &str,
+        client_order_id: &str,
+        quantity: u32,
+        price: Option<Price>,
+    ) -> StoreResult<Result<BrokerOrder, String>> {
+        let key = order_key(account_id, client_order_id);
+        let _turn = self.book_turn(account_id).await;
+        let prices = self.prices().await?;
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
+            let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
+                return Ok(Err(format!(
+                    "the broker has no order {client_order_id} on {account_id}"
+                )));
+            };
+            let id = &o.client_order_id;
+            if !matches!(
+                o.status,
+                BrokerStatus::Working | BrokerStatus::PartiallyFilled
+            ) {
+                return Ok(Err(format!(
+                    "order {id} is {}: it can no longer fill",
+                    order_status_text(o.status)
+                )));
+            }
+            let rest = o.terms.quantity - o.filled_quantity.min(o.terms.quantity);
+            if quantity == 0 || quantity > rest {
+                return Ok(Err(format!(
+                    "order {id} has {rest} contract(s) left to fill, not {quantity}"
+                )));
+            }
+            let Some(at) = price
+                .or(o.terms.limit_price)
+                .or_else(|| prices.get(&o.terms.symbol).copied())
+            else {
+                return Ok(Err(format!(
+                    "no price: order {id} has no limit and {} no reference price",
+                    o.terms.symbol
+                )));
+            };
+            if let Some(limit) = o.terms.limit_price {
+                let worse = match o.terms.side {
+                    Side::Buy => at > limit,
+                    Side::Sell => at < limit,
+                };
+                if worse {
+                    return Ok(Err(format!(
+                        "a {} limit of {limit} cannot fill at {at}",
+                        o.terms.side
+                    )));
+                }
+            }
+            let (mut book, book_version) = self.load_book(account_id).await?;
+            if let Err(why) = fill_part(&mut book.positions, &mut o, quantity, at) {
+                return Ok(Err(why));
+            }
+            o.triggered |= matches!(o.terms.order_type, OrderType::Stop | OrderType::StopLimit);
+            let docs = [
+                PaperDoc {
+                    key: key.clone(),
+                    doc: encode(&o)?,
+                    expected_version: version,
+                },
+                PaperDoc {
+                    key: account_key(account_id),
+                    doc: encode(&book)?,
+                    expected_version: book_version,
+                },
+            ];
+            if self.store.save_all(&docs).await? {
+                return Ok(Ok(o));
+            }
+        }
+        Err(contention("order"))
+    }
+
     /// The account as the broker sees it: every order it accepted and its positions.
     /// Lists the account's order documents (a scan on DynamoDB): for the CLI and tests.
     pub async fn book(&self, account_id: &str) -> StoreResult<AccountBook> {
@@ -427,7 +681,7 @@ impl Broker for PaperBroker {
                 Some(first) => first,
                 None => self.load_book(account).await?,
             };
-            let (o, filled) = accept(order, reference, &mut book.positions);
+            let (o, filled) = accept(order, reference, &mut book.positions, self.now_ms());
             let mut docs = vec![PaperDoc {
                 key: key.clone(),
                 doc: encode(&o)?,
@@ -478,6 +732,49 @@ impl Broker for PaperBroker {
         Err(contention("order"))
     }
 
+    async fn replace(
+        &self,
+        account_id: &str,
+        client_order_id: &str,
+        change: &Replacement,
+    ) -> StoreResult<ReplaceOutcome> {
+        let key = order_key(account_id, client_order_id);
+        // A replace may fill (a limit moved through the market): in turn with this
+        // process's other writers of the account's book.
+        let _turn = self.book_turn(account_id).await;
+        let prices = self.prices().await?;
+        for round in 0..MAX_ROUNDS {
+            pause(round).await;
+            let Some((o, version)) = self.load_order(account_id, client_order_id).await? else {
+                return Ok(ReplaceOutcome::Unknown);
+            };
+            let (mut book, book_version) = self.load_book(account_id).await?;
+            let reference = prices.get(&o.terms.symbol).copied();
+            let now = self.now_ms();
+            let next = match replace_terms(&o, change, reference, &mut book.positions, now) {
+                Ok(next) if next == o => return Ok(ReplaceOutcome::Replaced(o)),
+                Ok(next) => next,
+                Err(reason) => return Ok(ReplaceOutcome::Rejected { order: o, reason }),
+            };
+            let mut docs = vec![PaperDoc {
+                key: key.clone(),
+                doc: encode(&next)?,
+                expected_version: version,
+            }];
+            if next.filled_quantity != o.filled_quantity {
+                docs.push(PaperDoc {
+                    key: account_key(account_id),
+                    doc: encode(&book)?,
+                    expected_version: book_version,
+                });
+            }
+            if self.store.save_all(&docs).await? {
+                return Ok(ReplaceOutcome::Replaced(next));
+            }
+        }
+        Err(contention("order"))
+    }
+
     async fn order(
         &self,
         account_id: &str,
@@ -490,7 +787,10 @@ impl Broker for PaperBroker {
             let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
                 return Ok(None);
             };
-            if o.status != BrokerStatus::Working {
+            if !matches!(
+                o.status,
+                BrokerStatus::Working | BrokerStatus::PartiallyFilled
+            ) {
                 return Ok(Some(o));
             }
             let Some(reference) = prices.get(&o.terms.symbol).copied() else {
@@ -568,7 +868,7 @@ mod tests {
         let mut positions = BTreeMap::new();
         let mut o = new_order("o", Side::Buy, OrderType::Limit, None);
         o.terms.limit_price = Some(extreme);
-        let (ack, filled) = accept(&o, Some(p("68.40")), &mut positions);
+        let (ack, filled) = accept(&o, Some(p("68.40")), &mut positions, 0);
         assert_eq!(ack.status, BrokerStatus::Rejected);
         assert!(!filled);
         assert!(ack.reason.unwrap().contains("band"));
@@ -638,24 +938,17 @@ mod tests {
 
     #[test]
     fn limits_and_stops_cross_the_reference() {
-        let mut o = BrokerOrder {
-            client_order_id: "o".into(),
-            terms: crate::core::domain::OrderTerms {
-                account_id: "A".into(),
-                symbol: "CLF27".into(),
-                side: Side::Buy,
-                quantity: 1,
-                order_type: OrderType::Limit,
-                limit_price: Some(p("68.00")),
-                stop_price: None,
-                time_in_force: TimeInForce::Day,
-            },
-            status: BrokerStatus::Working,
-            filled_quantity: 0,
-            avg_fill_price: None,
-            reason: None,
-            triggered: false,
+        let terms = crate::core::domain::OrderTerms {
+            account_id: "A".into(),
+            symbol: "CLF27".into(),
+            side: Side::Buy,
+            quantity: 1,
+            order_type: OrderType::Limit,
+            limit_price: Some(p("68.00")),
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
         };
+        let mut o = BrokerOrder::new("o", &terms, 1);
         assert_eq!(crossing(&mut o, p("68.40")), None);
         assert_eq!(crossing(&mut o, p("67.90")), Some(p("67.90")));
         o.terms.order_type = OrderType::Stop;
@@ -736,24 +1029,17 @@ mod tests {
     }
 
     fn new_order(id: &str, side: Side, order_type: OrderType, limit: Option<&str>) -> BrokerOrder {
-        BrokerOrder {
-            client_order_id: id.into(),
-            terms: crate::core::domain::OrderTerms {
-                account_id: "ACC-1".into(),
-                symbol: "CLF27".into(),
-                side,
-                quantity: 1,
-                order_type,
-                limit_price: limit.map(p),
-                stop_price: None,
-                time_in_force: TimeInForce::Day,
-            },
-            status: BrokerStatus::Working,
-            filled_quantity: 0,
-            avg_fill_price: None,
-            reason: None,
-            triggered: false,
-        }
+        let terms = crate::core::domain::OrderTerms {
+            account_id: "ACC-1".into(),
+            symbol: "CLF27".into(),
+            side,
+            quantity: 1,
+            order_type,
+            limit_price: limit.map(p),
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        };
+        BrokerOrder::new(id, &terms, 1)
     }
 
     async fn broker_at(price: &str) -> (Arc<MemStore>, PaperBroker) {
@@ -940,5 +1226,291 @@ mod tests {
             "the orders left the book: {doc}"
         );
         assert_eq!(broker.book("ACC-1").await.unwrap().orders["o-old"], old);
+    }
+
+    use crate::core::clock::Clock;
+
+    /// A clock the test moves.
+    struct StepClock(std::sync::atomic::AtomicI64);
+
+    impl Clock for StepClock {
+        fn now_ms(&self) -> Millis {
+            self.0.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    async fn clocked_broker_at(price: &str) -> (Arc<StepClock>, PaperBroker) {
+        let (_store, broker) = broker_at(price).await;
+        let clock = Arc::new(StepClock(std::sync::atomic::AtomicI64::new(1_000)));
+        broker.set_clock(clock.clone());
+        (clock, broker)
+    }
+
+    fn later(clock: &StepClock, ms: i64) -> Millis {
+        clock.0.fetch_add(ms, std::sync::atomic::Ordering::Relaxed) + ms
+    }
+
+    fn change(version: u32, quantity: u32, limit: &str) -> Replacement {
+        Replacement {
+            version,
+            quantity,
+            limit_price: Some(p(limit)),
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        }
+    }
+
+    async fn resting_buy(broker: &PaperBroker, id: &str, quantity: u32) -> BrokerOrder {
+        let mut o = new_order(id, Side::Buy, OrderType::Limit, Some("68.00"));
+        o.terms.quantity = quantity;
+        let ack = broker.submit(&o).await.unwrap();
+        assert_eq!(ack.status, BrokerStatus::Working, "{ack:?}");
+        ack
+    }
+
+    fn replaced(outcome: ReplaceOutcome) -> BrokerOrder {
+        match outcome {
+            ReplaceOutcome::Replaced(o) => o,
+            other => panic!("not replaced: {other:?}"),
+        }
+    }
+
+    fn refused(outcome: ReplaceOutcome) -> (BrokerOrder, String) {
+        match outcome {
+            ReplaceOutcome::Rejected { order, reason } => (order, reason),
+            other => panic!("not rejected: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replace_keeps_its_place_only_when_it_takes_contracts_away() {
+        let (clock, broker) = clocked_broker_at("68.40").await;
+        let first = resting_buy(&broker, "o-r", 5).await;
+        assert_eq!((first.version, first.priority_at), (1, 1_000));
+        // Fewer contracts at the same price: the same place in the queue.
+        let at = later(&clock, 10);
+        let down = replaced(
+            broker
+                .replace("ACC-1", "o-r", &change(2, 3, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!((down.version, down.terms.quantity), (2, 3));
+        assert_eq!(down.priority_at, 1_000, "a pure reduction keeps priority");
+        assert_eq!(down.versions.len(), 1);
+        assert_eq!(
+            (down.versions[0].version, down.versions[0].quantity),
+            (1, 5)
+        );
+        assert_eq!(down.versions[0].replaced_at, at);
+        // More contracts: the back of the queue.
+        let at = later(&clock, 10);
+        let up = replaced(
+            broker
+                .replace("ACC-1", "o-r", &change(3, 4, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(up.priority_at, at, "an increase loses priority");
+        // A new price: the back of the queue too; the history shows every version.
+        let at = later(&clock, 10);
+        let moved = replaced(
+            broker
+                .replace("ACC-1", "o-r", &change(4, 4, "67.95"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(moved.priority_at, at, "a price change loses priority");
+        assert_eq!(moved.terms.limit_price, Some(p("67.95")));
+        let history: Vec<(u32, u32, Millis)> = moved
+            .versions
+            .iter()
+            .map(|v| (v.version, v.quantity, v.priority_at))
+            .collect();
+        assert_eq!(history, [(1, 5, 1_000), (2, 3, 1_000), (3, 4, at - 10)]);
+        // What the broker stores is what it answered.
+        assert_eq!(
+            broker.order("ACC-1", "o-r").await.unwrap(),
+            Some(moved.clone())
+        );
+        // A resend of the same version: the order as it is, nothing applied twice.
+        later(&clock, 10);
+        let again = replaced(
+            broker
+                .replace("ACC-1", "o-r", &change(4, 9, "60.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(again, moved);
+        // An older version: stale.
+        let (order, why) = refused(
+            broker
+                .replace("ACC-1", "o-r", &change(3, 1, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(order, moved);
+        assert!(why.contains("stale"), "{why}");
+        // An order the broker does not know.
+        assert_eq!(
+            broker
+                .replace("ACC-1", "o-none", &change(2, 1, "68.00"))
+                .await
+                .unwrap(),
+            ReplaceOutcome::Unknown
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replace_of_a_partly_filled_order_applies_to_the_rest() {
+        let (_clock, broker) = clocked_broker_at("68.40").await;
+        resting_buy(&broker, "o-p", 5).await;
+        let part = broker.fill("ACC-1", "o-p", 2, None).await.unwrap().unwrap();
+        assert_eq!(
+            (part.status, part.filled_quantity, part.avg_fill_price),
+            (BrokerStatus::PartiallyFilled, 2, Some(p("68.00")))
+        );
+        assert_eq!(broker.positions("ACC-1").await.unwrap()[0].quantity, 2);
+        // Below what filled: refused, nothing changed.
+        let (order, why) = refused(
+            broker
+                .replace("ACC-1", "o-p", &change(2, 1, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(order, part);
+        assert!(why.contains("below the 2 already filled"), "{why}");
+        // Four in all: two left to trade.
+        let four = replaced(
+            broker
+                .replace("ACC-1", "o-p", &change(2, 4, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            (four.status, four.terms.quantity, four.filled_quantity),
+            (BrokerStatus::PartiallyFilled, 4, 2)
+        );
+        // A fill of the rest at another price: the average is over both fills.
+        let done = broker
+            .fill("ACC-1", "o-p", 2, Some(p("67.50")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (done.status, done.filled_quantity, done.avg_fill_price),
+            (BrokerStatus::Filled, 4, Some(p("67.75")))
+        );
+        let pos = broker.positions("ACC-1").await.unwrap();
+        assert_eq!((pos[0].quantity, pos[0].avg_price), (4, Some(p("67.75"))));
+        // Filled: a replace is refused with the reason.
+        let (_, why) = refused(
+            broker
+                .replace("ACC-1", "o-p", &change(3, 6, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert!(why.contains("is filled"), "{why}");
+        // Cut to what filled: nothing left, the order is filled.
+        resting_buy(&broker, "o-cut", 3).await;
+        broker
+            .fill("ACC-1", "o-cut", 1, None)
+            .await
+            .unwrap()
+            .unwrap();
+        let cut = replaced(
+            broker
+                .replace("ACC-1", "o-cut", &change(2, 1, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!((cut.status, cut.filled_quantity), (BrokerStatus::Filled, 1));
+        // Cancelled: refused too.
+        resting_buy(&broker, "o-c", 1).await;
+        broker.cancel("ACC-1", "o-c").await.unwrap();
+        let (_, why) = refused(
+            broker
+                .replace("ACC-1", "o-c", &change(2, 2, "68.00"))
+                .await
+                .unwrap(),
+        );
+        assert!(why.contains("is cancelled"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_replaced_order_is_checked_as_a_new_order_is() {
+        let (_clock, broker) = clocked_broker_at("68.40").await;
+        resting_buy(&broker, "o-b", 2).await;
+        // Outside the band (20 % of 68.40, at least 5.00): refused, the order unchanged.
+        let (order, why) = refused(
+            broker
+                .replace("ACC-1", "o-b", &change(2, 2, "40.00"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            (order.version, order.terms.limit_price),
+            (1, Some(p("68.00")))
+        );
+        assert!(why.contains("band"), "{why}");
+        // A price the order type cannot carry.
+        let mut stop = change(2, 2, "68.00");
+        stop.stop_price = Some(p("69.00"));
+        let (_, why) = refused(broker.replace("ACC-1", "o-b", &stop).await.unwrap());
+        assert!(why.contains("takes no stop price"), "{why}");
+        // A limit moved through the market fills at the reference, and moves the position.
+        let filled = replaced(
+            broker
+                .replace("ACC-1", "o-b", &change(2, 2, "68.50"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            (filled.status, filled.filled_quantity, filled.avg_fill_price),
+            (BrokerStatus::Filled, 2, Some(p("68.40")))
+        );
+        assert_eq!(broker.positions("ACC-1").await.unwrap()[0].quantity, 2);
+        // Made IOC where it cannot fill: cancelled, as a new IOC order would be.
+        resting_buy(&broker, "o-i", 1).await;
+        let mut ioc = change(2, 1, "68.00");
+        ioc.time_in_force = TimeInForce::Ioc;
+        let gone = replaced(broker.replace("ACC-1", "o-i", &ioc).await.unwrap());
+        assert_eq!(gone.status, BrokerStatus::Cancelled);
+        assert!(gone.reason.unwrap().contains("could not fill at once"));
+    }
+
+    #[tokio::test]
+    async fn an_operators_fill_is_refused_for_what_cannot_fill() {
+        let (_clock, broker) = clocked_broker_at("68.40").await;
+        resting_buy(&broker, "o-f", 3).await;
+        let refusal = |r: StoreResult<Result<BrokerOrder, String>>| r.unwrap().unwrap_err();
+        assert!(refusal(broker.fill("ACC-1", "o-none", 1, None).await).contains("no order o-none"));
+        assert!(refusal(broker.fill("ACC-1", "o-f", 4, None).await).contains("3 contract(s) left"));
+        assert!(refusal(broker.fill("ACC-1", "o-f", 0, None).await).contains("not 0"));
+        let worse = refusal(broker.fill("ACC-1", "o-f", 1, Some(p("68.10"))).await);
+        assert!(worse.contains("cannot fill at 68.10"), "{worse}");
+        assert!(
+            broker.positions("ACC-1").await.unwrap().is_empty(),
+            "nothing moved"
+        );
+        broker.fill("ACC-1", "o-f", 3, None).await.unwrap().unwrap();
+        let closed = refusal(broker.fill("ACC-1", "o-f", 1, None).await);
+        assert!(closed.contains("is filled"), "{closed}");
+        // A partly filled order's rest crosses later: the rest fills, the average holds both.
+        resting_buy(&broker, "o-x", 2).await;
+        broker
+            .fill("ACC-1", "o-x", 1, Some(p("67.00")))
+            .await
+            .unwrap()
+            .unwrap();
+        broker
+            .set_prices(&BTreeMap::from([("CLF27".to_string(), p("67.90"))]))
+            .await
+            .unwrap();
+        let o = broker.order("ACC-1", "o-x").await.unwrap().unwrap();
+        assert_eq!(
+            (o.status, o.filled_quantity, o.avg_fill_price),
+            (BrokerStatus::Filled, 2, Some(p("67.45")))
+        );
     }
 }

@@ -129,6 +129,7 @@ impl AppState {
         policy: Policy,
         ports: Ports,
     ) -> AppState {
+        ports.paper.set_clock(clock.clone());
         let policy = Arc::new(policy);
         let dispatch = Dispatch {
             queue: ports.queue.clone(),

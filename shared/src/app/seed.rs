@@ -183,6 +183,8 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
                 action_id: None,
                 created_at: now - ago * minute,
                 updated_at: now - ago * minute + minute,
+                version: 1,
+                versions: Vec::new(),
             }
         };
     use OrderStatus::*;
@@ -354,6 +356,8 @@ pub async fn load_bulk_orders(w: &dyn ReadModelWriter, now: Millis, n: usize) ->
             action_id: None,
             created_at: now - 10_000_000 + i as i64 * 1000,
             updated_at: now - 10_000_000 + i as i64 * 1000,
+            version: 1,
+            versions: Vec::new(),
         });
         if batch.len() == 1000 {
             w.put_orders(&batch).await?;

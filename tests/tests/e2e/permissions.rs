@@ -1349,6 +1349,8 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         action_id: Some(e2.action_id.clone()),
         created_at: e2.created_at,
         updated_at: e2.created_at,
+        version: 1,
+        versions: Vec::new(),
     }]))
     .expect("the order of e2");
     // A dead letter whose last receive never finished: an accepted order whose message
@@ -1389,6 +1391,8 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         action_id: Some(xf_id.clone()),
         created_at: xf_action.created_at,
         updated_at: xf_action.created_at,
+        version: 1,
+        versions: Vec::new(),
     };
     w.block(w.ports.workers.create_order(&claimed_order))
         .expect("the claimed order");
@@ -1396,15 +1400,11 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         .block(
             w.ports
                 .broker
-                .submit(&airlock::core::ports::broker::BrokerOrder {
-                    client_order_id: claimed_order.order_id.clone(),
-                    terms: claimed_order.terms.clone(),
-                    status: airlock::core::ports::broker::BrokerStatus::Working,
-                    filled_quantity: 0,
-                    avg_fill_price: None,
-                    reason: None,
-                    triggered: false,
-                }),
+                .submit(&airlock::core::ports::broker::BrokerOrder::new(
+                    &claimed_order.order_id,
+                    &claimed_order.terms,
+                    1,
+                )),
         )
         .expect("the broker's order");
     assert_eq!(

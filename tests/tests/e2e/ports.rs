@@ -989,6 +989,8 @@ fn order(status: OrderStatus, filled: u32) -> Order {
         action_id: Some("act-w".into()),
         created_at: NOW,
         updated_at: NOW + filled as i64,
+        version: 1,
+        versions: Vec::new(),
     }
 }
 
@@ -1307,6 +1309,427 @@ async fn an_order_step_settles_its_action_in_the_same_write(b: Backend) {
     );
 }
 both!(an_order_step_settles_its_action_in_the_same_write);
+
+// ---------------------------------------------------------------------------------------
+// 5b. WorkerStore::replace_order
+
+fn px(s: &str) -> airlock::core::domain::Price {
+    airlock::core::domain::Price::parse(s).expect("price")
+}
+
+/// `ord-w` as a working limit buy of 5 at 68.00, version 1.
+fn working_limit() -> Order {
+    let mut o = order(OrderStatus::Working, 0);
+    o.terms.order_type = OrderType::Limit;
+    o.terms.limit_price = Some(px("68.00"));
+    o
+}
+
+/// `o`'s terms with a new quantity and limit price.
+fn terms_of(o: &Order, quantity: u32, limit: &str) -> OrderTerms {
+    OrderTerms {
+        quantity,
+        limit_price: Some(px(limit)),
+        ..o.terms.clone()
+    }
+}
+
+/// A replace writes the next version only from the state it was computed from (status,
+/// fills, version), with its exposure change and the action it settles, all or nothing;
+/// every earlier version is kept; a step read before the replace cannot undo it.
+async fn replace_order_is_conditional_and_keeps_every_version(b: Backend) {
+    let e = &env(b).await;
+    let w = &e.p.workers;
+    let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
+    let stored = || async { e.p.orders.get_order("ord-w").await.unwrap().expect("ord-w") };
+    five_reserved(e, "k-r").await;
+    let v1 = working_limit();
+    assert!(matches!(
+        w.create_order(&v1).await.unwrap(),
+        Stored::Created(_)
+    ));
+    assert_eq!(stored().await.version, 1);
+    let v2 = v1.replaced(terms_of(&v1, 3, "67.95"), "act-r2", NOW + 100);
+    assert_eq!((v2.version, v2.versions.len()), (2, 1));
+    let down = ExposureDelta::reserve("ACC-W", SYMBOL, Side::Buy, -2);
+
+    // Not a replace of the stored order: refused before anything is written.
+    let mut flipped = v2.clone();
+    flipped.terms.side = Side::Sell;
+    assert!(w.replace_order(&v1, &flipped, &down, None).await.is_err());
+    let skipped = Order {
+        version: 3,
+        ..v2.clone()
+    };
+    assert!(w.replace_order(&v1, &skipped, &down, None).await.is_err());
+    // A step may not change the version either.
+    assert!(w.advance_order(&v1, &v2, None, None).await.is_err());
+    // From a status the order does not have.
+    let claimed = Order {
+        status: OrderStatus::Submitted,
+        ..v1.clone()
+    };
+    let from_claimed = claimed.replaced(terms_of(&v1, 3, "67.95"), "act-r2", NOW + 100);
+    assert!(!w
+        .replace_order(&claimed, &from_claimed, &down, None)
+        .await
+        .unwrap());
+    assert_eq!(stored().await, v1, "a refused replace wrote the order");
+    assert_eq!(
+        ex().await,
+        exposure(0, 5, 0),
+        "a refused replace moved the exposure"
+    );
+
+    assert!(w.replace_order(&v1, &v2, &down, None).await.unwrap());
+    assert_eq!(stored().await, v2);
+    assert_eq!(ex().await, exposure(0, 3, 0));
+    // The same replace again (a redelivery): the order is no longer at version 1.
+    assert!(!w.replace_order(&v1, &v2, &down, None).await.unwrap());
+    assert_eq!(ex().await, exposure(0, 3, 0), "applied twice");
+    // A fill read before the replace (from version 1) does not undo it.
+    let stale_fill = Order {
+        status: OrderStatus::PartiallyFilled,
+        filled_quantity: 1,
+        ..v1.clone()
+    };
+    assert!(!w
+        .advance_order(&v1, &stale_fill, Some(&pos(1, None)), None)
+        .await
+        .unwrap());
+    assert_eq!(stored().await, v2);
+    // A fill on version 2 applies and keeps the versions.
+    let part = Order {
+        status: OrderStatus::PartiallyFilled,
+        filled_quantity: 1,
+        avg_fill_price: Some(px("67.95")),
+        ..v2.clone()
+    };
+    assert!(w
+        .advance_order(&v2, &part, Some(&pos(1, None)), None)
+        .await
+        .unwrap());
+    assert_eq!(stored().await, part);
+    assert_eq!(ex().await, exposure(1, 2, 0));
+    // A replace computed before that fill: refused.
+    let up = ExposureDelta::reserve("ACC-W", SYMBOL, Side::Buy, 1);
+    let v3_early = v2.replaced(terms_of(&v2, 4, "67.95"), "act-r3", NOW + 200);
+    assert!(!w.replace_order(&v2, &v3_early, &up, None).await.unwrap());
+
+    // On the partly filled order: the replace applies to the rest and settles its action
+    // in the same write (not at all while the action's condition fails).
+    let mut c = bare("k-r3");
+    c.action = Some(action("act-r3", "pln-none", "ACC-W", "k-r3"));
+    assert_eq!(commit(e, &c).await, CommitOutcome::Committed);
+    let unsettled = [ActionStatus::Queued, ActionStatus::Processing];
+    let settles = ActionMove {
+        action_id: "act-r3",
+        from: &unsettled,
+        to: ActionStatus::Succeeded,
+        error: None,
+        at: NOW + 300,
+    };
+    let nobody = ActionMove {
+        action_id: "act-none",
+        ..settles
+    };
+    let v3 = part.replaced(terms_of(&part, 4, "67.95"), "act-r3", NOW + 300);
+    assert!(!w
+        .replace_order(&part, &v3, &up, Some(&nobody))
+        .await
+        .unwrap());
+    assert_eq!(stored().await, part);
+    assert_eq!(ex().await, exposure(1, 2, 0));
+    assert!(w
+        .replace_order(&part, &v3, &up, Some(&settles))
+        .await
+        .unwrap());
+    let got = stored().await;
+    assert_eq!(got, v3);
+    assert_eq!(ex().await, exposure(1, 3, 0));
+    let a =
+        e.p.actions
+            .get_action("act-r3")
+            .await
+            .unwrap()
+            .expect("act-r3");
+    assert_eq!(
+        (a.status, a.updated_at),
+        (ActionStatus::Succeeded, NOW + 300)
+    );
+    // Every version, oldest first, as the listings show them too.
+    let history: Vec<(u32, u32, Option<airlock::core::domain::Price>, &str)> = got
+        .versions
+        .iter()
+        .map(|v| (v.version, v.quantity, v.limit_price, v.replaced_by.as_str()))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (1, 5, Some(px("68.00")), "act-r2"),
+            (2, 3, Some(px("67.95")), "act-r3")
+        ]
+    );
+    assert_eq!(got.version, 3);
+    let listed = e.p.orders.list_at_the_broker(Some("ACC-W")).await.unwrap();
+    assert_eq!(listed, vec![v3.clone()]);
+    let page =
+        e.p.orders
+            .list_orders(
+                &DeskScope::All,
+                &airlock::core::ports::OrderFilter::default(),
+                &Page {
+                    after: None,
+                    limit: 10,
+                },
+            )
+            .await
+            .unwrap();
+    assert_eq!(page, vec![v3]);
+}
+both!(replace_order_is_conditional_and_keeps_every_version);
+
+/// An order stored before orders had versions (no version in its record) reads as
+/// version 1 and can be replaced.
+async fn an_order_stored_before_versions_is_version_1(b: Backend) {
+    let e = &env(b).await;
+    e.p.read_models
+        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
+        .await
+        .unwrap();
+    let v1 = working_limit();
+    let mut old = serde_json::to_value(&v1).unwrap();
+    let fields = old.as_object_mut().unwrap();
+    fields.remove("version");
+    fields.remove("versions");
+    match &e.aws {
+        // The item as an earlier release wrote it: no `version` attribute, a body without it.
+        Some(aws) => {
+            use aws_sdk_dynamodb::types::AttributeValue::{N, S};
+            aws.ddb
+                .put_item()
+                .table_name(&aws.names.orders)
+                .item("order_id", S("ord-w".into()))
+                .item("account_id", S("ACC-W".into()))
+                .item("desk", S("energy".into()))
+                .item("status", S("working".into()))
+                .item("filled_quantity", N("0".into()))
+                .item("created_key", S(format!("{:015}#ord-w", NOW)))
+                .item("open_account", S("ACC-W".into()))
+                .item("body", S(old.to_string()))
+                .send()
+                .await
+                .expect("put the old item");
+        }
+        // SQLite: the migration gave every row version 1 and no versions.
+        None => {
+            e.p.read_models
+                .put_orders(std::slice::from_ref(&v1))
+                .await
+                .unwrap()
+        }
+    }
+    assert_eq!(
+        e.p.orders.get_order("ord-w").await.unwrap(),
+        Some(v1.clone())
+    );
+    let v2 = v1.replaced(terms_of(&v1, 4, "68.00"), "act-old", NOW + 50);
+    let down = ExposureDelta::reserve("ACC-W", SYMBOL, Side::Buy, -1);
+    assert!(e
+        .p
+        .workers
+        .replace_order(&v1, &v2, &down, None)
+        .await
+        .unwrap());
+    assert_eq!(
+        e.p.orders.get_order("ord-w").await.unwrap(),
+        Some(v2.clone())
+    );
+    // And a step from version 1 can no longer apply.
+    assert!(!e
+        .p
+        .workers
+        .replace_order(&v1, &v2, &down, None)
+        .await
+        .unwrap());
+}
+both!(an_order_stored_before_versions_is_version_1);
+
+// ---------------------------------------------------------------------------------------
+// 5c. Broker::replace and the paper broker's fills (over each backend's document store)
+
+/// Exchange semantics of a replace at the paper broker: applied with its version (a
+/// resend is not applied twice, an older version is stale), priority kept by a pure
+/// reduction and lost by a new price or more contracts, applied to the rest of a partly
+/// filled order, refused for a filled order, below the filled quantity or outside the band.
+async fn the_paper_broker_replaces_with_exchange_semantics(b: Backend) {
+    use airlock::core::ports::broker::{
+        Broker, BrokerOrder, BrokerStatus, ReplaceOutcome, Replacement,
+    };
+    let e = &env(b).await;
+    let broker = &e.p.paper;
+    broker
+        .set_prices(&std::collections::BTreeMap::from([(
+            SYMBOL.to_string(),
+            px("68.40"),
+        )]))
+        .await
+        .unwrap();
+    let mut terms = market_buy("ACC-B", SYMBOL, 5);
+    terms.order_type = OrderType::Limit;
+    terms.limit_price = Some(px("68.00"));
+    let first = broker
+        .submit(&BrokerOrder::new("ord-b", &terms, 1))
+        .await
+        .unwrap();
+    assert_eq!((first.status, first.version), (BrokerStatus::Working, 1));
+    let change = |version: u32, quantity: u32, limit: &str| Replacement {
+        version,
+        quantity,
+        limit_price: Some(px(limit)),
+        stop_price: None,
+        time_in_force: TimeInForce::Day,
+    };
+    let replaced = |o: ReplaceOutcome| match o {
+        ReplaceOutcome::Replaced(o) => o,
+        other => panic!("not replaced: {other:?}"),
+    };
+    let refused = |o: ReplaceOutcome| match o {
+        ReplaceOutcome::Rejected { order, reason } => (order, reason),
+        other => panic!("not rejected: {other:?}"),
+    };
+    let pause = || tokio::time::sleep(std::time::Duration::from_millis(5));
+    pause().await;
+    // Fewer contracts, same price: the same place in the queue.
+    let v2 = replaced(
+        broker
+            .replace("ACC-B", "ord-b", &change(2, 3, "68.00"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!((v2.version, v2.terms.quantity), (2, 3));
+    assert_eq!(
+        v2.priority_at, first.priority_at,
+        "a reduction keeps priority"
+    );
+    pause().await;
+    // A new price: the back of the queue.
+    let v3 = replaced(
+        broker
+            .replace("ACC-B", "ord-b", &change(3, 3, "67.95"))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        v3.priority_at > v2.priority_at,
+        "a price change loses priority"
+    );
+    pause().await;
+    // More contracts: the back of the queue too.
+    let v4 = replaced(
+        broker
+            .replace("ACC-B", "ord-b", &change(4, 6, "67.95"))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        v4.priority_at > v3.priority_at,
+        "an increase loses priority"
+    );
+    // A resend of version 4 with other terms: the order as it is; an older version: stale.
+    assert_eq!(
+        replaced(
+            broker
+                .replace("ACC-B", "ord-b", &change(4, 1, "60.00"))
+                .await
+                .unwrap()
+        ),
+        v4
+    );
+    let (order, why) = refused(
+        broker
+            .replace("ACC-B", "ord-b", &change(3, 2, "67.95"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(order, v4);
+    assert!(why.contains("stale"), "{why}");
+    // Outside the band: refused, nothing changed.
+    let (_, why) = refused(
+        broker
+            .replace("ACC-B", "ord-b", &change(5, 6, "40.00"))
+            .await
+            .unwrap(),
+    );
+    assert!(why.contains("band"), "{why}");
+    // The broker's document keeps every version.
+    let book = broker.book("ACC-B").await.unwrap();
+    let doc = &book.orders["ord-b"];
+    assert_eq!(doc, &v4);
+    let kept: Vec<(u32, u32)> = doc
+        .versions
+        .iter()
+        .map(|v| (v.version, v.quantity))
+        .collect();
+    assert_eq!(kept, [(1, 5), (2, 3), (3, 3)]);
+
+    // A partial fill (the operator's fill at its limit), then a replace of the rest.
+    let part = broker
+        .fill("ACC-B", "ord-b", 2, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (part.status, part.filled_quantity, part.avg_fill_price),
+        (BrokerStatus::PartiallyFilled, 2, Some(px("67.95")))
+    );
+    let (_, why) = refused(
+        broker
+            .replace("ACC-B", "ord-b", &change(5, 1, "67.95"))
+            .await
+            .unwrap(),
+    );
+    assert!(why.contains("below the 2 already filled"), "{why}");
+    let rest = replaced(
+        broker
+            .replace("ACC-B", "ord-b", &change(5, 3, "67.95"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (rest.status, rest.terms.quantity, rest.filled_quantity),
+        (BrokerStatus::PartiallyFilled, 3, 2)
+    );
+    // Moved through the market: the rest fills at the reference, the average is over both.
+    let done = replaced(
+        broker
+            .replace("ACC-B", "ord-b", &change(6, 3, "68.50"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (done.status, done.filled_quantity, done.avg_fill_price),
+        (BrokerStatus::Filled, 3, Some(px("68.1")))
+    );
+    let held = broker.positions("ACC-B").await.unwrap();
+    assert_eq!((held[0].quantity, held[0].avg_price), (3, Some(px("68.1"))));
+    // Filled: nothing left to replace.
+    let (_, why) = refused(
+        broker
+            .replace("ACC-B", "ord-b", &change(7, 9, "68.00"))
+            .await
+            .unwrap(),
+    );
+    assert!(why.contains("is filled"), "{why}");
+    assert_eq!(
+        broker
+            .replace("ACC-B", "ord-none", &change(2, 1, "68.00"))
+            .await
+            .unwrap(),
+        ReplaceOutcome::Unknown
+    );
+}
+both!(the_paper_broker_replaces_with_exchange_semantics);
 
 // ---------------------------------------------------------------------------------------
 // 6. Queue
@@ -2205,14 +2628,12 @@ async fn the_paper_broker_fills_concurrent_orders_on_one_account(b: Backend) {
     let table = months.iter().map(|m| (m.to_string(), price)).collect();
     e.p.paper.set_prices(&table).await.unwrap();
     let other = Arc::new(PaperBroker::new(e.book.clone()));
-    let order = |i: usize| BrokerOrder {
-        client_order_id: format!("ord-{i}"),
-        terms: market_buy("ACC-C", months[i % months.len()], 1),
-        status: BrokerStatus::Working,
-        filled_quantity: 0,
-        avg_fill_price: None,
-        reason: None,
-        triggered: false,
+    let order = |i: usize| {
+        BrokerOrder::new(
+            &format!("ord-{i}"),
+            &market_buy("ACC-C", months[i % months.len()], 1),
+            1,
+        )
     };
     const MINE: usize = 36;
     const OTHERS: usize = 6;

@@ -396,3 +396,174 @@ async fn action_status_waits_for_a_change_instead_of_polling(b: Backend) {
     );
     assert!(done.elapsed() < Duration::from_secs(5));
 }
+
+/// `airlock broker fill` refused: its error message.
+fn broker_fill_refused(s: &Server, args: &[&str]) -> String {
+    let out = std::process::Command::new(airlock_tests::binary())
+        .args([
+            "--state-dir",
+            s.state_dir.to_str().unwrap(),
+            "broker",
+            "fill",
+        ])
+        .args(args)
+        .envs(s.cli_env())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} was not refused");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// What the position limit counts for ACC-1 in CLF27 (its reason names the position and
+/// the open orders).
+async fn clf27_exposure(t: &Api) -> String {
+    let p = t
+        .post(
+            "/actions/plan",
+            &json!({"action_type": "order.submit.cl", "payload": market(1), "requested_by": "op-energy-trader"}),
+        )
+        .await;
+    let check = p.body["risk_checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "position_limit")
+        .unwrap()
+        .clone();
+    check["reason"].as_str().unwrap().to_string()
+}
+
+both!(a_partial_fill_at_the_broker_is_recorded_by_reconciliation);
+async fn a_partial_fill_at_the_broker_is_recorded_by_reconciliation(b: Backend) {
+    let s = Server::with_workers(b, &[]);
+    let t = s.trader();
+    assert_eq!(t.position("ACC-1", "CLF27").await, 3);
+    let limit = json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 5,
+                       "order_type": "limit", "limit_price": "68.00", "time_in_force": "gtc"});
+    let e = execute_order(&t, limit, "fill-1", "call-fill-1").await;
+    let action_id = e["action_id"].as_str().unwrap();
+    assert_eq!(t.settled(action_id).await["status"], "succeeded");
+    let id = e["resource_refs"]["order_id"].as_str().unwrap();
+    let o = t.order(id).await;
+    assert_eq!(
+        (o["status"].as_str(), o["version"].as_u64()),
+        (Some("working"), Some(1))
+    );
+    assert_eq!(o["versions"], json!([]));
+    assert!(
+        clf27_exposure(&t)
+            .await
+            .contains("holds +3 with open orders to buy 5 and sell 0"),
+        "{}",
+        clf27_exposure(&t).await
+    );
+    // Refused, nothing moved: more than is left, an unknown order, a price past the limit.
+    let why = broker_fill_refused(
+        &s,
+        &["--account", "ACC-1", "--order", id, "--quantity", "6"],
+    );
+    assert!(why.contains("5 contract(s) left to fill, not 6"), "{why}");
+    let why = broker_fill_refused(
+        &s,
+        &[
+            "--account",
+            "ACC-1",
+            "--order",
+            "ord-none",
+            "--quantity",
+            "1",
+        ],
+    );
+    assert!(why.contains("no order ord-none"), "{why}");
+    let why = broker_fill_refused(
+        &s,
+        &[
+            "--account",
+            "ACC-1",
+            "--order",
+            id,
+            "--quantity",
+            "1",
+            "--price",
+            "68.50",
+        ],
+    );
+    assert!(why.contains("cannot fill at 68.50"), "{why}");
+    assert_eq!(t.position("ACC-1", "CLF27").await, 3);
+
+    // Two of five at the limit: the broker's order is partly filled, and reconciliation
+    // records it in Airlock's order, position and exposure.
+    let at_broker: Value = serde_json::from_str(&s.cli(&[
+        "broker",
+        "fill",
+        "--account",
+        "ACC-1",
+        "--order",
+        id,
+        "--quantity",
+        "2",
+    ]))
+    .unwrap();
+    assert_eq!(at_broker["status"], "partially_filled", "{at_broker}");
+    let o = t.order(id).await;
+    assert_eq!(
+        (
+            o["status"].as_str(),
+            o["filled_quantity"].as_u64(),
+            o["avg_fill_price"].as_str()
+        ),
+        (Some("partially_filled"), Some(2), Some("68.00")),
+        "{o}"
+    );
+    assert_eq!(t.position("ACC-1", "CLF27").await, 5);
+    let seen = clf27_exposure(&t).await;
+    assert!(
+        seen.contains("holds +5 with open orders to buy 3 and sell 0"),
+        "{seen}"
+    );
+
+    // The rest at another price: filled; the position moves by the new contracts at their
+    // own price (the broker's average is over all fills).
+    s.cli(&[
+        "broker",
+        "fill",
+        "--account",
+        "ACC-1",
+        "--order",
+        id,
+        "--quantity",
+        "3",
+        "--price",
+        "67.50",
+    ]);
+    let o = t.order(id).await;
+    assert_eq!(
+        (
+            o["status"].as_str(),
+            o["filled_quantity"].as_u64(),
+            o["avg_fill_price"].as_str()
+        ),
+        (Some("filled"), Some(5), Some("67.70")),
+        "{o}"
+    );
+    assert_eq!(t.position("ACC-1", "CLF27").await, 8);
+    // 3 at 68.40, 2 at 68.00, 3 at 67.50.
+    let p = t.get("/positions?account_id=ACC-1").await;
+    let clf = p.body["positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["symbol"] == "CLF27")
+        .unwrap()
+        .clone();
+    assert_eq!(clf["avg_price"], "67.9625", "{clf}");
+    let seen = clf27_exposure(&t).await;
+    assert!(seen.contains("holds +8"), "{seen}");
+    assert!(!seen.contains("open orders"), "{seen}");
+    let why = broker_fill_refused(
+        &s,
+        &["--account", "ACC-1", "--order", id, "--quantity", "1"],
+    );
+    assert!(why.contains("is filled"), "{why}");
+}

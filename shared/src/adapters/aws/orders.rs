@@ -111,6 +111,7 @@ pub(super) fn order_item(o: &Order, desk: &str) -> StoreResult<Item> {
         ("desk".to_string(), s(desk)),
         ("status".to_string(), s(o.status.as_str())),
         ("filled_quantity".to_string(), n(o.filled_quantity as i64)),
+        ("version".to_string(), n(o.version.into())),
         (
             "created_key".to_string(),
             s(time_key(o.created_at, &o.order_id)),

@@ -2752,6 +2752,38 @@ mod tests {
     /// defaults); a role's conditional ones may only be X-Ray's, under TracingActive, and
     /// execute's read of the public key, under ExecuteReadsPublicKey (see
     /// [`the_execute_role_reads_the_public_key_only_when_it_is_not_configured`]).
+    /// A replace of a working order (`WorkerStore::replace_order`) is one transaction of
+    /// `UpdateItem`s on the orders, exposures and actions tables, as an order's step is, and
+    /// the paper broker's replace and fills read and write its documents with `GetItem` and
+    /// `PutItem` (one `TransactWriteItems` of puts when a fill moves the book). moto checks
+    /// no IAM: the worker-orders role must allow each.
+    #[test]
+    fn the_worker_orders_role_covers_a_replace() {
+        let t = tpl();
+        let role = t.role("WorkerOrdersRole").expect("WorkerOrdersRole");
+        let allows = |action: &str, table: &str| {
+            role.statements.iter().any(|s| {
+                s.effect == "Allow"
+                    && s.actions.iter().any(|a| a == action)
+                    && s.resources.contains(&ResourceDef::Arn {
+                        logical_id: table.into(),
+                        suffix: String::new(),
+                    })
+            })
+        };
+        for table in ["OrdersTable", "ExposuresTable", "ActionsTable"] {
+            for action in ["dynamodb:GetItem", "dynamodb:UpdateItem"] {
+                assert!(allows(action, table), "{action} on {table}");
+            }
+        }
+        for action in ["dynamodb:GetItem", "dynamodb:PutItem"] {
+            assert!(
+                allows(action, "PaperBrokerTable"),
+                "{action} on PaperBrokerTable"
+            );
+        }
+    }
+
     #[test]
     fn every_function_has_its_own_role_and_only_the_planners_sign() {
         let t = tpl();

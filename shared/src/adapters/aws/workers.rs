@@ -10,7 +10,8 @@ use super::{is_condition_failure, unavailable, Aws};
 use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
 use crate::core::error::{StoreError, StoreResult};
 use crate::core::ports::{
-    creation_step, ActionMove, PositionChange, PositionsReplacement, Stored, WorkerStore,
+    creation_step, replace_check, step_check, ActionMove, PositionChange, PositionsReplacement,
+    Stored, WorkerStore,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
@@ -60,56 +61,22 @@ impl WorkerStore for Aws {
         position: Option<&PositionChange>,
         settles: Option<&ActionMove<'_>>,
     ) -> StoreResult<bool> {
-        let from = prev.status;
+        step_check(prev, o)?;
         let exposure = ExposureDelta::of_order_step(prev, o);
-        let up = Update::builder()
-            .table_name(&self.names.orders)
-            .key("order_id", s(o.order_id.clone()))
-            // The step applies only to the state it was computed from: the status and the
-            // fills (two steps from one partially filled state must not both apply).
-            .update_expression(if o.status.is_at_the_broker() {
-                "SET #st = :to, filled_quantity = :nf, body = :body, open_account = :acc"
-            } else {
-                "SET #st = :to, filled_quantity = :nf, body = :body REMOVE open_account"
-            })
-            .condition_expression(if prev.filled_quantity == 0 {
-                "#st = :from AND (attribute_not_exists(filled_quantity) OR filled_quantity = :pf)"
-            } else {
-                "#st = :from AND filled_quantity = :pf"
-            })
-            .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":to", s(o.status.as_str()))
-            .expression_attribute_values(":from", s(from.as_str()))
-            .expression_attribute_values(":nf", n(o.filled_quantity as i64))
-            .expression_attribute_values(":pf", n(prev.filled_quantity as i64))
-            .expression_attribute_values(":body", ddb::body(o)?);
-        let up = if o.status.is_at_the_broker() {
-            up.expression_attribute_values(":acc", s(o.terms.account_id.clone()))
-        } else {
-            up
-        };
-        let mut items = vec![TransactWriteItem::builder()
-            .update(built(up.build())?)
-            .build()];
-        if let Some(c) = position {
-            items.push(position_put(&self.names.positions, &c.new, c.expected)?);
-        }
-        if !exposure.is_zero() {
-            let up = ddb::exposure_update(&self.names.exposures, &exposure);
-            items.push(
-                TransactWriteItem::builder()
-                    .update(built(up.build())?)
-                    .build(),
-            );
-        }
-        if let Some(m) = settles {
-            items.push(
-                TransactWriteItem::builder()
-                    .update(action_move(&self.names.actions, m)?)
-                    .build(),
-            );
-        }
+        let items = self.order_write(prev, o, &exposure, position, settles)?;
         self.transact_if(&items, "advance order").await
+    }
+
+    async fn replace_order(
+        &self,
+        prev: &Order,
+        next: &Order,
+        exposure: &ExposureDelta,
+        settles: Option<&ActionMove<'_>>,
+    ) -> StoreResult<bool> {
+        replace_check(prev, next)?;
+        let items = self.order_write(prev, next, exposure, None, settles)?;
+        self.transact_if(&items, "replace order").await
     }
 
     async fn create_job(&self, j: &Job) -> StoreResult<Job> {
@@ -236,6 +203,82 @@ impl WorkerStore for Aws {
             Err(e) if is_condition_failure(&e) => Ok(false),
             Err(e) => Err(unavailable("UpdateItem action status", &e)),
         }
+    }
+}
+
+impl Aws {
+    /// The items of one conditional write of an order (a step or a replace), for one
+    /// transaction: the order's update, only if it is still in `prev`'s status, fills and
+    /// version; the position at its expected quantity; the exposure's increments; the
+    /// action's move.
+    fn order_write(
+        &self,
+        prev: &Order,
+        o: &Order,
+        exposure: &ExposureDelta,
+        position: Option<&PositionChange>,
+        settles: Option<&ActionMove<'_>>,
+    ) -> StoreResult<Vec<TransactWriteItem>> {
+        // The write applies only to the state it was computed from: the status, the fills
+        // (two steps from one partially filled state must not both apply) and the version
+        // (a step read before a replace must not undo it). An item written before orders
+        // had versions has no `version` attribute: it is version 1, as its body reads.
+        let mut condition = String::from("#st = :from");
+        condition.push_str(if prev.filled_quantity == 0 {
+            " AND (attribute_not_exists(filled_quantity) OR filled_quantity = :pf)"
+        } else {
+            " AND filled_quantity = :pf"
+        });
+        condition.push_str(if prev.version == 1 {
+            " AND (attribute_not_exists(#v) OR #v = :pv)"
+        } else {
+            " AND #v = :pv"
+        });
+        let up = Update::builder()
+            .table_name(&self.names.orders)
+            .key("order_id", s(o.order_id.clone()))
+            .update_expression(if o.status.is_at_the_broker() {
+                "SET #st = :to, filled_quantity = :nf, #v = :nv, body = :body, open_account = :acc"
+            } else {
+                "SET #st = :to, filled_quantity = :nf, #v = :nv, body = :body REMOVE open_account"
+            })
+            .condition_expression(condition)
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_values(":to", s(o.status.as_str()))
+            .expression_attribute_values(":from", s(prev.status.as_str()))
+            .expression_attribute_values(":nf", n(o.filled_quantity as i64))
+            .expression_attribute_values(":pf", n(prev.filled_quantity as i64))
+            .expression_attribute_values(":nv", n(o.version.into()))
+            .expression_attribute_values(":pv", n(prev.version.into()))
+            .expression_attribute_values(":body", ddb::body(o)?);
+        let up = if o.status.is_at_the_broker() {
+            up.expression_attribute_values(":acc", s(o.terms.account_id.clone()))
+        } else {
+            up
+        };
+        let mut items = vec![TransactWriteItem::builder()
+            .update(built(up.build())?)
+            .build()];
+        if let Some(c) = position {
+            items.push(position_put(&self.names.positions, &c.new, c.expected)?);
+        }
+        if !exposure.is_zero() {
+            let up = ddb::exposure_update(&self.names.exposures, exposure);
+            items.push(
+                TransactWriteItem::builder()
+                    .update(built(up.build())?)
+                    .build(),
+            );
+        }
+        if let Some(m) = settles {
+            items.push(
+                TransactWriteItem::builder()
+                    .update(action_move(&self.names.actions, m)?)
+                    .build(),
+            );
+        }
+        Ok(items)
     }
 }
 

@@ -13,7 +13,7 @@ use rusqlite::Row;
 pub(super) const ORDER_COLUMNS: &str =
     "o.order_id, o.account_id, o.symbol, o.side, o.quantity, o.order_type, \
      o.limit_price, o.stop_price, o.time_in_force, o.status, o.filled_quantity, o.avg_fill_price, \
-     o.action_id, o.created_at, o.updated_at";
+     o.action_id, o.created_at, o.updated_at, o.version, o.versions";
 
 pub(super) fn order_row(r: &Row) -> rusqlite::Result<Order> {
     Ok(Order {
@@ -34,6 +34,13 @@ pub(super) fn order_row(r: &Row) -> rusqlite::Result<Order> {
         action_id: r.get(12)?,
         created_at: r.get(13)?,
         updated_at: r.get(14)?,
+        version: r.get(15)?,
+        versions: match r.get_ref(16)?.as_str_or_null()? {
+            None => Vec::new(),
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(16, rusqlite::types::Type::Text, e.into())
+            })?,
+        },
     })
 }
 
@@ -105,13 +112,17 @@ impl OrderStore for Sqlite {
     }
 }
 
-/// An order's columns, as `?1` to `?15` of the statements that write it.
-fn order_values(o: &Order) -> [Value; 15] {
+/// An order's columns, as `?1` to `?17` of the statements that write it.
+fn order_values(o: &Order) -> StoreResult<[Value; 17]> {
     let text = |s: &str| Value::Text(s.to_string());
     let price = |p: Option<crate::core::domain::Price>| {
         p.map_or(Value::Null, |x| Value::Text(x.to_string()))
     };
-    [
+    let versions = match o.versions.as_slice() {
+        [] => Value::Null,
+        v => Value::Text(serde_json::to_string(v).map_err(super::json_err)?),
+    };
+    Ok([
         text(&o.order_id),
         text(&o.terms.account_id),
         text(&o.terms.symbol),
@@ -127,11 +138,14 @@ fn order_values(o: &Order) -> [Value; 15] {
         o.action_id.as_deref().map_or(Value::Null, text),
         Value::Integer(o.created_at),
         Value::Integer(o.updated_at),
-    ]
+        Value::Integer(o.version.into()),
+        versions,
+    ])
 }
 
 /// Writes an order's row: replacing one with the same id, or (`replace` false) only if absent.
 pub(super) fn put_order(tx: &rusqlite::Connection, o: &Order, replace: bool) -> StoreResult<usize> {
+    let values = order_values(o)?;
     let verb = if replace {
         "INSERT OR REPLACE"
     } else {
@@ -140,24 +154,27 @@ pub(super) fn put_order(tx: &rusqlite::Connection, o: &Order, replace: bool) -> 
     tx.prepare_cached(&format!(
         "{verb} INTO orders (order_id, account_id, symbol, side, quantity, order_type, \
          limit_price, stop_price, time_in_force, status, filled_quantity, avg_fill_price, \
-         action_id, created_at, updated_at, desk) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
-         ?10, ?11, ?12, ?13, ?14, ?15, (SELECT desk FROM accounts WHERE account_id = ?2))"
+         action_id, created_at, updated_at, version, versions, desk) VALUES (?1, ?2, ?3, ?4, \
+         ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+         (SELECT desk FROM accounts WHERE account_id = ?2))"
     ))
-    .and_then(|mut st| st.execute(rusqlite::params_from_iter(order_values(o))))
+    .and_then(|mut st| st.execute(rusqlite::params_from_iter(values)))
     .map_err(db_err)
 }
 
-/// Writes a step of an existing order: every column but its key, its account (and desk)
-/// and its creation time, which a step never moves. Only the index on `status` changes
-/// with it; a `REPLACE` deleted and inserted the row and all five of its index entries.
+/// Writes a step or a replace of an existing order: every column but its key, its account
+/// (and desk) and its creation time, which neither moves. Only the index on `status`
+/// changes with it; a `REPLACE` deleted and inserted the row and all five of its index
+/// entries.
 pub(super) fn update_order(tx: &rusqlite::Connection, o: &Order) -> StoreResult<usize> {
+    let values = order_values(o)?;
     tx.prepare_cached(
         "UPDATE orders SET symbol = ?3, side = ?4, quantity = ?5, order_type = ?6, \
          limit_price = ?7, stop_price = ?8, time_in_force = ?9, status = ?10, \
-         filled_quantity = ?11, avg_fill_price = ?12, action_id = ?13, updated_at = ?15 \
-         WHERE order_id = ?1",
+         filled_quantity = ?11, avg_fill_price = ?12, action_id = ?13, updated_at = ?15, \
+         version = ?16, versions = ?17 WHERE order_id = ?1",
     )
-    .and_then(|mut st| st.execute(rusqlite::params_from_iter(order_values(o))))
+    .and_then(|mut st| st.execute(rusqlite::params_from_iter(values)))
     .map_err(db_err)
 }
 

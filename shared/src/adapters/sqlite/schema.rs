@@ -214,6 +214,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX approval_docs_expiry ON approval_docs(expires_at)
         WHERE expires_at IS NOT NULL;
     "#,
+    // 10: an order's version (1 as submitted, one more with each replace) and its earlier
+    // versions' terms (JSON, NULL while it has none).
+    r#"
+    ALTER TABLE orders ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE orders ADD COLUMN versions TEXT;
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {

@@ -7,10 +7,11 @@ use super::packed::packed_json;
 use super::positions::{add_open, put_position};
 use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
-use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, Position};
+use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, OrderStatus, Position};
 use crate::core::error::{StoreError, StoreResult};
 use crate::core::ports::{
-    creation_step, ActionMove, PositionChange, PositionsReplacement, Stored, WorkerStore,
+    creation_step, replace_check, step_check, ActionMove, PositionChange, PositionsReplacement,
+    Stored, WorkerStore,
 };
 use crate::core::records::ActionRecord;
 use async_trait::async_trait;
@@ -42,63 +43,33 @@ impl WorkerStore for Sqlite {
         position: Option<&PositionChange>,
         settles: Option<&ActionMove<'_>>,
     ) -> StoreResult<bool> {
-        let (from, exposure) = (prev.status, ExposureDelta::of_order_step(prev, order));
-        let settles = settles.map(OwnedMove::from);
-        let prev_filled = prev.filled_quantity;
-        if (&order.terms.account_id, order.created_at) != (&prev.terms.account_id, prev.created_at)
-        {
-            return Err(StoreError::Corrupt(format!(
-                "order {}: a step may not move its account or creation time",
-                prev.order_id
-            )));
-        }
-        let (order, position) = (order.clone(), position.cloned());
-        self.write(move |tx| {
-            // The step applies only to the state it was computed from: the status and the
-            // fills (two steps from one partially filled state must not both apply).
-            let stored: Option<(String, u32)> = tx
-                .row(
-                    "SELECT status, filled_quantity FROM orders WHERE order_id = ?",
-                    [&order.order_id],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(db_err)?;
-            if stored != Some((from.as_str().to_string(), prev_filled)) {
-                return Ok(false);
-            }
-            if let Some(change) = &position {
-                let qty: Option<i64> = tx
-                    .row(
-                        "SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?",
-                        [&change.new.account_id, &change.new.symbol],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(db_err)?;
-                if qty != change.expected {
-                    return Ok(false);
-                }
-            }
-            // Every condition is checked before anything is written.
-            let action = match &settles {
-                Some(m) => match movable_action(tx, m)? {
-                    Some(a) => Some(a),
-                    None => return Ok(false),
-                },
-                None => None,
-            };
-            if let Some(change) = &position {
-                put_position(tx, &change.new)?;
-            }
-            add_open(tx, &exposure)?;
-            update_order(tx, &order)?;
-            if let (Some(a), Some(m)) = (action, &settles) {
-                move_action(tx, a, m)?;
-            }
-            Ok(true)
-        })
-        .await
+        step_check(prev, order)?;
+        let step = OrderStep {
+            at: OrderAt::of(prev),
+            exposure: ExposureDelta::of_order_step(prev, order),
+            position: position.cloned(),
+            settles: settles.map(OwnedMove::from),
+            order: order.clone(),
+        };
+        self.write(move |tx| step.apply(tx)).await
+    }
+
+    async fn replace_order(
+        &self,
+        prev: &Order,
+        next: &Order,
+        exposure: &ExposureDelta,
+        settles: Option<&ActionMove<'_>>,
+    ) -> StoreResult<bool> {
+        replace_check(prev, next)?;
+        let step = OrderStep {
+            at: OrderAt::of(prev),
+            exposure: exposure.clone(),
+            position: None,
+            settles: settles.map(OwnedMove::from),
+            order: next.clone(),
+        };
+        self.write(move |tx| step.apply(tx)).await
     }
 
     async fn create_job(&self, job: &Job) -> StoreResult<Job> {
@@ -227,6 +198,85 @@ impl WorkerStore for Sqlite {
             None => Ok(false),
         })
         .await
+    }
+}
+
+/// The state of an order a write was computed from: its status, fills and version (two
+/// writes from one state must not both apply, nor one from a state that has moved on).
+struct OrderAt {
+    order_id: String,
+    status: OrderStatus,
+    filled: u32,
+    version: u32,
+}
+
+impl OrderAt {
+    fn of(o: &Order) -> Self {
+        OrderAt {
+            order_id: o.order_id.clone(),
+            status: o.status,
+            filled: o.filled_quantity,
+            version: o.version,
+        }
+    }
+}
+
+/// One conditional write of an order (a step or a replace), owned by the writer thread:
+/// the order as `at` (and the position as `position.expected`, and the action in one of
+/// its move's `from`), else nothing; then the position, the exposure's increments, the
+/// order and the action's move.
+struct OrderStep {
+    at: OrderAt,
+    order: Order,
+    exposure: ExposureDelta,
+    position: Option<PositionChange>,
+    settles: Option<OwnedMove>,
+}
+
+impl OrderStep {
+    fn apply(&self, tx: &Connection) -> StoreResult<bool> {
+        let stored: Option<(String, u32, u32)> = tx
+            .row(
+                "SELECT status, filled_quantity, version FROM orders WHERE order_id = ?",
+                [&self.at.order_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(db_err)?;
+        let at = &self.at;
+        if stored != Some((at.status.as_str().to_string(), at.filled, at.version)) {
+            return Ok(false);
+        }
+        if let Some(change) = &self.position {
+            let qty: Option<i64> = tx
+                .row(
+                    "SELECT quantity FROM positions WHERE account_id = ? AND symbol = ?",
+                    [&change.new.account_id, &change.new.symbol],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db_err)?;
+            if qty != change.expected {
+                return Ok(false);
+            }
+        }
+        // Every condition is checked before anything is written.
+        let action = match &self.settles {
+            Some(m) => match movable_action(tx, m)? {
+                Some(a) => Some(a),
+                None => return Ok(false),
+            },
+            None => None,
+        };
+        if let Some(change) = &self.position {
+            put_position(tx, &change.new)?;
+        }
+        add_open(tx, &self.exposure)?;
+        update_order(tx, &self.order)?;
+        if let (Some(a), Some(m)) = (action, &self.settles) {
+            move_action(tx, a, m)?;
+        }
+        Ok(true)
     }
 }
 

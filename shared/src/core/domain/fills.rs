@@ -81,9 +81,72 @@ pub fn apply_fill(
     })
 }
 
+/// An order's average fill price after `qty` more contracts fill at `price`, when
+/// `filled` had filled at `avg` before (as a broker reports it: over all its fills).
+/// `None` if it cannot be represented.
+pub fn average_after(filled: u32, avg: Option<Price>, qty: u32, price: Price) -> Option<Price> {
+    match (filled, avg) {
+        (0, _) | (_, None) => Some(price),
+        (f, Some(a)) => {
+            weighted_average(a.value(), u64::from(f), price.value(), u64::from(qty)).map(Price::new)
+        }
+    }
+}
+
+/// The price of the contracts an order filled between two reports of its fills (each a
+/// quantity and the average over all fills so far): what moves the position. `avg` when
+/// nothing had filled before; `None` when nothing more filled or it cannot be represented.
+pub fn price_of_new_fills(
+    before: (u32, Option<Price>),
+    after: (u32, Option<Price>),
+) -> Option<Price> {
+    let (f0, f1) = (before.0, after.0);
+    let new = f1.checked_sub(f0).filter(|q| *q > 0)?;
+    let a1 = after.1?.value();
+    let a0 = match before.1 {
+        Some(a) if f0 > 0 => a.value(),
+        _ => return Some(Price::new(a1)),
+    };
+    let total = a1.checked_mul(Decimal::from(f1))?;
+    let earlier = a0.checked_mul(Decimal::from(f0))?;
+    let p = total
+        .checked_sub(earlier)?
+        .checked_div(Decimal::from(new))?;
+    Some(Price::new(p.round_dp(6)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_fills_are_priced_from_two_averages() {
+        // 2 at 70, then 3 at 71.50: the average is 70.90.
+        let avg = average_after(2, Some(p("70")), 3, p("71.50")).unwrap();
+        assert_eq!(avg, p("70.9"));
+        assert_eq!(average_after(0, None, 3, p("71.50")), Some(p("71.50")));
+        assert_eq!(
+            price_of_new_fills((2, Some(p("70"))), (5, Some(avg))),
+            Some(p("71.50"))
+        );
+        assert_eq!(
+            price_of_new_fills((0, None), (2, Some(p("70")))),
+            Some(p("70"))
+        );
+        assert_eq!(
+            price_of_new_fills((2, Some(p("70"))), (2, Some(p("70")))),
+            None
+        );
+        assert_eq!(price_of_new_fills((2, Some(p("70"))), (3, None)), None);
+        // A third of a cent: the average is rounded to 6 places, the new fill's price too.
+        let avg = average_after(1, Some(p("70")), 2, p("70.01")).unwrap();
+        assert_eq!(avg, p("70.006667"));
+        let new = price_of_new_fills((1, Some(p("70"))), (3, Some(avg))).unwrap();
+        assert!(
+            (new.value() - p("70.01").value()).abs() <= Decimal::new(1, 6),
+            "{new}"
+        );
+    }
 
     fn p(s: &str) -> Price {
         Price::parse(s).unwrap()

@@ -517,6 +517,36 @@ pub fn creation_step(order: &Order) -> StoreResult<ExposureDelta> {
     Ok(ExposureDelta::of_order_created(order))
 }
 
+/// Refuses (`Corrupt`) a step ([`WorkerStore::advance_order`]) that moves what a step
+/// never moves: the order's account, its creation time, its version and earlier versions.
+pub fn step_check(prev: &Order, next: &Order) -> StoreResult<()> {
+    if (
+        &next.terms.account_id,
+        next.created_at,
+        next.version,
+        &next.versions,
+    ) != (
+        &prev.terms.account_id,
+        prev.created_at,
+        prev.version,
+        &prev.versions,
+    ) {
+        return Err(crate::core::error::StoreError::Corrupt(format!(
+            "order {}: a step may not move its account, creation time or version",
+            prev.order_id
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses (`Corrupt`) a `next` that is not a replace of `prev` ([`Order::replace_error`]).
+pub fn replace_check(prev: &Order, next: &Order) -> StoreResult<()> {
+    match prev.replace_error(next) {
+        Some(why) => Err(crate::core::error::StoreError::Corrupt(why)),
+        None => Ok(()),
+    }
+}
+
 /// The workers' writes. Each call is atomic and conditional on the state the worker read,
 /// so a redelivered or concurrent message can never apply the same step twice.
 #[async_trait]
@@ -527,7 +557,8 @@ pub trait WorkerStore: Send + Sync {
     /// `submitted`, the reservation released for `rejected`. `Found`: an earlier delivery
     /// created it; nothing was written. An order with fills is refused (`Corrupt`).
     async fn create_order(&self, order: &Order) -> StoreResult<Stored<Order>>;
-    /// Replaces the order `prev` with `next` if its status is still `prev.status`, together
+    /// Replaces the order `prev` with `next` if its status, fills and version are still
+    /// `prev`'s (a step keeps the version; a replace is [`WorkerStore::replace_order`]), together
     /// with the position change its fill causes, the exposure change of the step
     /// ([`ExposureDelta::of_order_step`]) and, when given, the move of the action the step
     /// settles ([`ActionMove`], as [`WorkerStore::set_action_status`] makes it). `false`:
@@ -538,6 +569,20 @@ pub trait WorkerStore: Send + Sync {
         prev: &Order,
         next: &Order,
         position: Option<&PositionChange>,
+        settles: Option<&ActionMove<'_>>,
+    ) -> StoreResult<bool>;
+    /// Writes a replace of the order `prev`: `next` is `prev` at the next version with new
+    /// terms ([`Order::replaced`]), written only if the stored order is still at
+    /// `prev.version`, in `prev.status` and with `prev.filled_quantity` (a fill recorded in
+    /// between makes it fail: read again), together with `exposure` (increments, as
+    /// [`WorkerStore::advance_order`] applies its step's) and, when given, the move of the
+    /// action it settles. `false`: a condition failed; nothing was written. A `next` that is
+    /// not such a replace is refused (`Corrupt`).
+    async fn replace_order(
+        &self,
+        prev: &Order,
+        next: &Order,
+        exposure: &ExposureDelta,
         settles: Option<&ActionMove<'_>>,
     ) -> StoreResult<bool>;
     /// Creates the job if absent; returns the stored job either way.

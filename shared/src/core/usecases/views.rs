@@ -8,7 +8,7 @@ use serde::{Serialize, Serializer};
 
 use crate::core::domain::{
     Account, AccountStatus, ActionStatus, ActionType, Job, JobKind, JobStatus, Order, OrderStatus,
-    OrderType, Position, Price, QueueTarget, Rfc3339, Side, TimeInForce,
+    OrderType, OrderVersion, Position, Price, QueueTarget, Rfc3339, Side, TimeInForce,
 };
 use crate::core::records::{ActionRecord, ResourceRefs};
 use crate::core::usecases::reads::Listing;
@@ -75,6 +75,38 @@ pub struct OrderView<'a> {
     pub created_at: Rfc3339,
     #[schemars(with = "String")]
     pub updated_at: Rfc3339,
+    /// 1 as submitted, one more with each replace of its terms.
+    pub version: u32,
+    /// The terms of each earlier version, oldest first (empty until a replace).
+    pub versions: Vec<OrderVersionView<'a>>,
+}
+
+/// An order's terms up to a replace: the version they were, when and by which action
+/// they were replaced.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct OrderVersionView<'a> {
+    pub version: u32,
+    pub quantity: u32,
+    pub limit_price: Option<Price>,
+    pub stop_price: Option<Price>,
+    pub time_in_force: TimeInForce,
+    #[schemars(with = "String")]
+    pub replaced_at: Rfc3339,
+    pub replaced_by: &'a str,
+}
+
+impl<'a> From<&'a OrderVersion> for OrderVersionView<'a> {
+    fn from(v: &'a OrderVersion) -> Self {
+        OrderVersionView {
+            version: v.version,
+            quantity: v.quantity,
+            limit_price: v.limit_price,
+            stop_price: v.stop_price,
+            time_in_force: v.time_in_force,
+            replaced_at: Rfc3339(v.replaced_at),
+            replaced_by: &v.replaced_by,
+        }
+    }
 }
 
 impl<'a> From<&'a Order> for OrderView<'a> {
@@ -95,6 +127,8 @@ impl<'a> From<&'a Order> for OrderView<'a> {
             action_id: o.action_id.as_deref(),
             created_at: Rfc3339(o.created_at),
             updated_at: Rfc3339(o.updated_at),
+            version: o.version,
+            versions: o.versions.iter().map(Into::into).collect(),
         }
     }
 }

@@ -23,6 +23,8 @@ pub(super) fn new_order(msg: &QueueMessage, now: Millis) -> Result<Order, ApiErr
         action_id: Some(msg.action_id.clone()),
         created_at: now,
         updated_at: now,
+        version: crate::core::domain::first_version(),
+        versions: Vec::new(),
     })
 }
 
@@ -37,15 +39,7 @@ pub(super) fn order_status(s: BrokerStatus) -> OrderStatus {
 }
 
 pub(super) fn to_broker(o: &Order) -> BrokerOrder {
-    BrokerOrder {
-        client_order_id: o.order_id.clone(),
-        terms: o.terms.clone(),
-        status: BrokerStatus::Working,
-        filled_quantity: 0,
-        avg_fill_price: None,
-        reason: None,
-        triggered: false,
-    }
+    BrokerOrder::new(&o.order_id, &o.terms, o.version)
 }
 
 /// The order as [`record`] writes it after the broker's answer `ack`.
@@ -96,7 +90,13 @@ pub(super) async fn record(
 ) -> Result<bool, ApiError> {
     let next = recorded(order, ack, now);
     let new_fill = ack.filled_quantity.saturating_sub(order.filled_quantity);
-    let change = match (new_fill, ack.avg_fill_price) {
+    // The broker's average is over all the order's fills: the new contracts' own price is
+    // what moves the position.
+    let new_fill_price = crate::core::domain::fills::price_of_new_fills(
+        (order.filled_quantity, order.avg_fill_price),
+        (ack.filled_quantity, ack.avg_fill_price),
+    );
+    let change = match (new_fill, new_fill_price) {
         (q, Some(price)) if q > 0 => {
             let current = st
                 .positions
