@@ -1556,7 +1556,209 @@ async fn an_order_stored_before_versions_is_version_1(b: Backend) {
 both!(an_order_stored_before_versions_is_version_1);
 
 // ---------------------------------------------------------------------------------------
-// 5c. Broker::replace and the paper broker's fills (over each backend's document store)
+// 5c. WorkerStore::settle_with_exposure
+
+/// An action settled together with an exposure change (a replace's reserved increase
+/// released as it fails): both or nothing, once, whichever delivery comes first.
+async fn settling_an_action_releases_its_exposure_once(b: Backend) {
+    let e = &env(b).await;
+    let w = &e.p.workers;
+    let ex = || async { e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap() };
+    let act = |id: &'static str| async move {
+        e.p.actions
+            .get_action(id)
+            .await
+            .unwrap()
+            .expect("the action")
+    };
+    e.p.read_models
+        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
+        .await
+        .unwrap();
+    // Three actions; the first two each reserved 5 contracts to buy.
+    for (key, id, reserve) in [
+        ("k-x1", "act-x1", true),
+        ("k-x2", "act-x2", true),
+        ("k-x3", "act-x3", false),
+    ] {
+        let mut c = bare(key);
+        c.reserve = reserve.then(|| buy("ACC-W", 20, 5));
+        c.action = Some(action(id, "pln-none", "ACC-W", key));
+        assert_eq!(commit(e, &c).await, CommitOutcome::Committed);
+    }
+    assert_eq!(ex().await, exposure(0, 10, 0));
+    let unsettled = [ActionStatus::Queued, ActionStatus::Processing];
+    let release = ExposureDelta::reserve("ACC-W", SYMBOL, Side::Buy, -3);
+    let failed = ActionMove {
+        action_id: "act-x1",
+        from: &unsettled,
+        to: ActionStatus::Failed,
+        error: Some("the broker rejected the replace of ord-x1: stale version"),
+        at: NOW + 10,
+    };
+
+    // A change that moves the position (or the orders claimed for the broker) is not a
+    // reservation's: refused, nothing written.
+    for moves in [
+        ExposureDelta {
+            position: 3,
+            ..release.clone()
+        },
+        ExposureDelta {
+            submitting: -1,
+            ..release.clone()
+        },
+    ] {
+        let got = w.settle_with_exposure(&moves, &failed).await;
+        assert!(
+            matches!(got, Err(airlock::core::error::StoreError::Corrupt(_))),
+            "{moves:?}: {got:?}"
+        );
+    }
+    assert_eq!(ex().await, exposure(0, 10, 0));
+    assert_eq!(act("act-x1").await.status, ActionStatus::Queued);
+    // No such action: nothing written.
+    let nobody = ActionMove {
+        action_id: "act-none",
+        ..failed
+    };
+    assert!(!w.settle_with_exposure(&release, &nobody).await.unwrap());
+    assert_eq!(ex().await, exposure(0, 10, 0));
+
+    // Both applied together.
+    assert!(w.settle_with_exposure(&release, &failed).await.unwrap());
+    assert_eq!(ex().await, exposure(0, 7, 0));
+    let a = act("act-x1").await;
+    assert_eq!(
+        (a.status, a.error.as_deref(), a.updated_at, a.enqueued_at),
+        (ActionStatus::Failed, failed.error, NOW + 10, Some(NOW + 10))
+    );
+    // Redelivered: the action is settled; the exposure stays as the first call left it.
+    let again = ActionMove {
+        at: NOW + 15,
+        ..failed
+    };
+    assert!(!w.settle_with_exposure(&release, &again).await.unwrap());
+    assert_eq!(ex().await, exposure(0, 7, 0));
+    assert_eq!(act("act-x1").await.updated_at, NOW + 10);
+
+    // An action already final (succeeded) is not failed, and nothing is released.
+    assert!(w
+        .set_action_status(
+            "act-x2",
+            &unsettled,
+            ActionStatus::Succeeded,
+            None,
+            NOW + 20
+        )
+        .await
+        .unwrap());
+    let late = ActionMove {
+        action_id: "act-x2",
+        at: NOW + 25,
+        ..failed
+    };
+    assert!(!w
+        .settle_with_exposure(
+            &ExposureDelta::reserve("ACC-W", SYMBOL, Side::Buy, -5),
+            &late
+        )
+        .await
+        .unwrap());
+    assert_eq!(ex().await, exposure(0, 7, 0));
+    let a = act("act-x2").await;
+    assert_eq!(
+        (a.status, a.error, a.updated_at),
+        (ActionStatus::Succeeded, None, NOW + 20)
+    );
+
+    // A zero change moves only the action: no exposure is written, not even a zero one.
+    let other = "CLG27";
+    let zero = ExposureDelta::reserve("ACC-W", other, Side::Buy, 0);
+    let three = ActionMove {
+        action_id: "act-x3",
+        at: NOW + 30,
+        ..failed
+    };
+    assert!(w.settle_with_exposure(&zero, &three).await.unwrap());
+    assert_eq!(act("act-x3").await.status, ActionStatus::Failed);
+    assert_eq!(ex().await, exposure(0, 7, 0));
+    assert_eq!(
+        e.p.positions.get_exposure("ACC-W", other).await.unwrap(),
+        Exposure::default()
+    );
+    if let Some(aws) = &e.aws {
+        use aws_sdk_dynamodb::types::AttributeValue::S;
+        let item = aws
+            .ddb
+            .get_item()
+            .table_name(&aws.names.exposures)
+            .key("account_id", S("ACC-W".into()))
+            .key("symbol", S(other.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get the exposure item")
+            .item;
+        assert_eq!(item, None, "a zero change wrote an exposure item");
+    }
+    assert!(!w.settle_with_exposure(&zero, &three).await.unwrap());
+    assert!(
+        e.p.actions
+            .list_unsent(NOW + 100_000, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "settled actions are out of the sweeper's listing"
+    );
+}
+both!(settling_an_action_releases_its_exposure_once);
+
+/// Concurrent settles of one action (two workers, or a worker and the dead-letter sweep):
+/// exactly one applies, so the reservation is released once.
+async fn concurrent_settles_release_the_exposure_once(b: Backend) {
+    let e = &env(b).await;
+    let w = &e.p.workers;
+    e.p.read_models
+        .put_accounts(&[account("ACC-W", AccountStatus::Active)])
+        .await
+        .unwrap();
+    let mut c = bare("k-y");
+    c.reserve = Some(buy("ACC-W", 20, 8));
+    c.action = Some(action("act-y", "pln-none", "ACC-W", "k-y"));
+    assert_eq!(commit(e, &c).await, CommitOutcome::Committed);
+    let unsettled = [ActionStatus::Queued, ActionStatus::Processing];
+    let release = ExposureDelta::reserve("ACC-W", SYMBOL, Side::Buy, -2);
+    let mv = |at: Millis| ActionMove {
+        action_id: "act-y",
+        from: &unsettled,
+        to: ActionStatus::Failed,
+        error: Some("refused by the kill switch"),
+        at,
+    };
+    let (m1, m2, m3, m4) = (mv(NOW + 1), mv(NOW + 2), mv(NOW + 3), mv(NOW + 4));
+    let got = futures_util::future::join_all([
+        w.settle_with_exposure(&release, &m1),
+        w.settle_with_exposure(&release, &m2),
+        w.settle_with_exposure(&release, &m3),
+        w.settle_with_exposure(&release, &m4),
+    ])
+    .await;
+    let applied = got
+        .into_iter()
+        .map(|r| r.expect("settle"))
+        .filter(|ok| *ok)
+        .count();
+    assert_eq!(applied, 1, "exactly one settle applies");
+    assert_eq!(
+        e.p.positions.get_exposure("ACC-W", SYMBOL).await.unwrap(),
+        exposure(0, 6, 0)
+    );
+}
+both!(concurrent_settles_release_the_exposure_once);
+
+// ---------------------------------------------------------------------------------------
+// 5d. Broker::replace and the paper broker's fills (over each backend's document store)
 
 /// Exchange semantics of a replace at the paper broker: applied with its version (a
 /// resend is not applied twice, an older version is stale), priority kept by a pure

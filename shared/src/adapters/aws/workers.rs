@@ -10,8 +10,8 @@ use super::{is_condition_failure, unavailable, Aws};
 use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order};
 use crate::core::error::{StoreError, StoreResult};
 use crate::core::ports::{
-    creation_step, replace_check, step_check, ActionMove, PositionChange, PositionsReplacement,
-    Stored, WorkerStore,
+    creation_step, open_change_check, replace_check, step_check, ActionMove, PositionChange,
+    PositionsReplacement, Stored, WorkerStore,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
@@ -204,6 +204,23 @@ impl WorkerStore for Aws {
             Err(e) => Err(unavailable("UpdateItem action status", &e)),
         }
     }
+
+    async fn settle_with_exposure(
+        &self,
+        exposure: &ExposureDelta,
+        settles: &ActionMove<'_>,
+    ) -> StoreResult<bool> {
+        open_change_check(exposure)?;
+        if exposure.is_zero() {
+            let m = settles;
+            return self
+                .set_action_status(m.action_id, m.from, m.to, m.error, m.at)
+                .await;
+        }
+        // The exposure's update has no condition: a condition failure is the action's.
+        let items = [self.action_item(settles)?, self.exposure_item(exposure)?];
+        self.transact_if(&items, "settle with exposure").await
+    }
 }
 
 impl Aws {
@@ -264,21 +281,27 @@ impl Aws {
             items.push(position_put(&self.names.positions, &c.new, c.expected)?);
         }
         if !exposure.is_zero() {
-            let up = ddb::exposure_update(&self.names.exposures, exposure);
-            items.push(
-                TransactWriteItem::builder()
-                    .update(built(up.build())?)
-                    .build(),
-            );
+            items.push(self.exposure_item(exposure)?);
         }
         if let Some(m) = settles {
-            items.push(
-                TransactWriteItem::builder()
-                    .update(action_move(&self.names.actions, m)?)
-                    .build(),
-            );
+            items.push(self.action_item(m)?);
         }
         Ok(items)
+    }
+
+    /// The exposure's increments, as a transaction item.
+    fn exposure_item(&self, exposure: &ExposureDelta) -> StoreResult<TransactWriteItem> {
+        let up = ddb::exposure_update(&self.names.exposures, exposure);
+        Ok(TransactWriteItem::builder()
+            .update(built(up.build())?)
+            .build())
+    }
+
+    /// The action's move under its status condition, as a transaction item.
+    fn action_item(&self, m: &ActionMove<'_>) -> StoreResult<TransactWriteItem> {
+        Ok(TransactWriteItem::builder()
+            .update(action_move(&self.names.actions, m)?)
+            .build())
     }
 }
 

@@ -10,8 +10,8 @@ use super::{db_err, json_err, Sqlite};
 use crate::core::domain::{ActionStatus, ExposureDelta, Job, Millis, Order, OrderStatus, Position};
 use crate::core::error::{StoreError, StoreResult};
 use crate::core::ports::{
-    creation_step, replace_check, step_check, ActionMove, PositionChange, PositionsReplacement,
-    Stored, WorkerStore,
+    creation_step, open_change_check, replace_check, step_check, ActionMove, PositionChange,
+    PositionsReplacement, Stored, WorkerStore,
 };
 use crate::core::records::ActionRecord;
 use async_trait::async_trait;
@@ -193,12 +193,31 @@ impl WorkerStore for Sqlite {
             error,
             at: now,
         });
-        self.write(move |tx| match movable_action(tx, &m)? {
-            Some(a) => move_action(tx, a, &m).map(|()| true),
-            None => Ok(false),
-        })
-        .await
+        self.write(move |tx| settle(tx, &m, None)).await
     }
+
+    async fn settle_with_exposure(
+        &self,
+        exposure: &ExposureDelta,
+        settles: &ActionMove<'_>,
+    ) -> StoreResult<bool> {
+        open_change_check(exposure)?;
+        let (exposure, m) = (exposure.clone(), OwnedMove::from(settles));
+        self.write(move |tx| settle(tx, &m, Some(&exposure))).await
+    }
+}
+
+/// The action's move, with the exposure's increments when given, only if the action is in
+/// one of the move's `from`; else nothing.
+fn settle(tx: &Connection, m: &OwnedMove, exposure: Option<&ExposureDelta>) -> StoreResult<bool> {
+    let Some(a) = movable_action(tx, m)? else {
+        return Ok(false);
+    };
+    if let Some(d) = exposure {
+        add_open(tx, d)?;
+    }
+    move_action(tx, a, m)?;
+    Ok(true)
 }
 
 /// The state of an order a write was computed from: its status, fills and version (two
@@ -260,22 +279,20 @@ impl OrderStep {
                 return Ok(false);
             }
         }
-        // Every condition is checked before anything is written.
-        let action = match &self.settles {
-            Some(m) => match movable_action(tx, m)? {
-                Some(a) => Some(a),
-                None => return Ok(false),
-            },
-            None => None,
-        };
+        // Every condition is checked before anything is written; the action's is the
+        // last, checked by `settle` before it writes the exposure and the move.
+        match &self.settles {
+            Some(m) => {
+                if !settle(tx, m, Some(&self.exposure))? {
+                    return Ok(false);
+                }
+            }
+            None => add_open(tx, &self.exposure)?,
+        }
         if let Some(change) = &self.position {
             put_position(tx, &change.new)?;
         }
-        add_open(tx, &self.exposure)?;
         update_order(tx, &self.order)?;
-        if let (Some(a), Some(m)) = (action, &self.settles) {
-            move_action(tx, a, m)?;
-        }
         Ok(true)
     }
 }

@@ -479,7 +479,8 @@ pub struct PositionChange {
 }
 
 /// An action's move from one of `from` to `to` (`error`: why it failed) at `at`, written
-/// with the order step that settles it ([`WorkerStore::advance_order`]).
+/// with the order step that settles it ([`WorkerStore::advance_order`]) or with the
+/// exposure change it settles ([`WorkerStore::settle_with_exposure`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ActionMove<'a> {
     pub action_id: &'a str,
@@ -547,6 +548,19 @@ pub fn replace_check(prev: &Order, next: &Order) -> StoreResult<()> {
     }
 }
 
+/// Refuses (`Corrupt`) an exposure change [`WorkerStore::settle_with_exposure`] cannot
+/// write alone: one that moves the position or the count of orders claimed for the broker.
+/// Only open quantities (reservations) move without an order's or a position's write.
+pub fn open_change_check(exposure: &ExposureDelta) -> StoreResult<()> {
+    if exposure.position != 0 || exposure.submitting != 0 {
+        return Err(crate::core::error::StoreError::Corrupt(format!(
+            "exposure of {} in {}: only open quantities move without an order's write",
+            exposure.account_id, exposure.symbol
+        )));
+    }
+    Ok(())
+}
+
 /// The workers' writes. Each call is atomic and conditional on the state the worker read,
 /// so a redelivered or concurrent message can never apply the same step twice.
 #[async_trait]
@@ -584,6 +598,19 @@ pub trait WorkerStore: Send + Sync {
         next: &Order,
         exposure: &ExposureDelta,
         settles: Option<&ActionMove<'_>>,
+    ) -> StoreResult<bool>;
+    /// Settles an action (`settles`, as [`WorkerStore::set_action_status`] makes the move)
+    /// together with an exposure change (increments, as [`WorkerStore::advance_order`]
+    /// applies them), all or nothing: a reservation released when what reserved it ends
+    /// without changing an order. A zero `exposure` writes only the move. `false`: the
+    /// action is not in one of `settles.from` (another delivery settled it first); nothing
+    /// was written, so a redelivery can never apply the change twice. A change that moves
+    /// the position or the count of orders claimed for the broker is refused (`Corrupt`,
+    /// [`open_change_check`]): those move only with the order or position that causes them.
+    async fn settle_with_exposure(
+        &self,
+        exposure: &ExposureDelta,
+        settles: &ActionMove<'_>,
     ) -> StoreResult<bool>;
     /// Creates the job if absent; returns the stored job either way.
     async fn create_job(&self, job: &Job) -> StoreResult<Job>;
