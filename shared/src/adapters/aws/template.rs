@@ -2784,6 +2784,30 @@ mod tests {
         }
     }
 
+    /// `WorkerStore::settle_with_exposure` is one `TransactWriteItems` of two `UpdateItem`s
+    /// (the action's move, the exposure's increments), or the action's `UpdateItem` alone;
+    /// IAM authorizes each item's action on its table. The order worker settles a replace
+    /// that ends without changing its order with it, and the sweeper a dead letter's. moto
+    /// checks no IAM: both roles must allow each.
+    #[test]
+    fn the_roles_that_settle_an_action_can_release_its_exposure() {
+        let t = tpl();
+        for role_id in ["WorkerOrdersRole", "SweeperRole"] {
+            let role = t.role(role_id).unwrap_or_else(|| panic!("no {role_id}"));
+            for table in ["ActionsTable", "ExposuresTable"] {
+                let allowed = role.statements.iter().any(|s| {
+                    s.effect == "Allow"
+                        && s.actions.iter().any(|a| a == "dynamodb:UpdateItem")
+                        && s.resources.contains(&ResourceDef::Arn {
+                            logical_id: table.into(),
+                            suffix: String::new(),
+                        })
+                });
+                assert!(allowed, "{role_id}: dynamodb:UpdateItem on {table}");
+            }
+        }
+    }
+
     #[test]
     fn every_function_has_its_own_role_and_only_the_planners_sign() {
         let t = tpl();
