@@ -34,6 +34,7 @@ codes! {
     OperatorMismatch => "operator_mismatch",
     InvalidCursor => "invalid_cursor",
     AccountNotFound => "account_not_found",
+    OrderNotFound => "order_not_found",
     ActionNotFound => "action_not_found",
     PlanNotFound => "plan_not_found",
     TokenInvalid => "token_invalid",

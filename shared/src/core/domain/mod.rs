@@ -155,11 +155,54 @@ string_enum!(OrderStatus {
 string_enum!(JobKind { PositionsSync => "positions.sync" });
 string_enum!(JobStatus { Queued => "queued", Running => "running", Succeeded => "succeeded", Failed => "failed" });
 string_enum!(AccountStatus { Active => "active", Suspended => "suspended", Closed => "closed" });
-string_enum!(ActionType {
-    OrderSubmitCl => "order.submit.cl",
-    OrderCancel => "order.cancel",
-    PositionsSync => "positions.sync",
-});
+/// The action types, each with its normalized payload (`payload.rs`), the queue its work
+/// travels on, and whether it can add risk (an order that may trade: the kill switch stops
+/// it, a person confirms it by default). Generates [`ActionType`] and
+/// [`payload::NormalizedPayload`]. This is the one list of them below the use cases; what
+/// each type does is its module in `core::usecases::actions`, registered there.
+macro_rules! action_types {
+    ($($variant:ident => $text:literal, $payload:ty, $queue:ident, adds_risk: $risk:literal;)+) => {
+        string_enum!(ActionType { $($variant => $text),+ });
+
+        impl ActionType {
+            pub fn queue_target(self) -> QueueTarget {
+                match self { $(ActionType::$variant => QueueTarget::$queue),+ }
+            }
+
+            /// Whether an action of this type can add risk. One that can is stopped by the
+            /// kill switch and confirmed by a person unless the policy says otherwise; a
+            /// payload may still say that it does not ([`payload::Payload::adds_risk`]).
+            pub fn can_add_risk(self) -> bool {
+                match self { $(ActionType::$variant => $risk),+ }
+            }
+        }
+
+        /// One normalized payload per action type. Stored and sent untagged: the variants
+        /// cannot be mistaken for one another (each has a field the others lack, and a
+        /// variant with every field of a later one is listed first).
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+        #[serde(untagged)]
+        pub enum NormalizedPayload { $($variant($payload)),+ }
+
+        impl NormalizedPayload {
+            pub fn action_type(&self) -> ActionType {
+                match self { $(NormalizedPayload::$variant(_) => ActionType::$variant),+ }
+            }
+
+            /// The payload's own answers (account, message group, risk).
+            pub fn payload(&self) -> &dyn payload::Payload {
+                match self { $(NormalizedPayload::$variant(p) => p),+ }
+            }
+        }
+    };
+}
+
+action_types! {
+    OrderReplaceCl => "order.replace.cl", payload::NormalizedReplace, Orders, adds_risk: true;
+    OrderSubmitCl => "order.submit.cl", payload::NormalizedOrder, Orders, adds_risk: true;
+    OrderCancel => "order.cancel", payload::NormalizedCancel, Orders, adds_risk: false;
+    PositionsSync => "positions.sync", payload::NormalizedSync, Jobs, adds_risk: false;
+}
 string_enum!(ActionStatus {
     Queued => "queued",
     Processing => "processing",
@@ -228,15 +271,8 @@ impl Side {
 }
 
 impl ActionType {
-    pub fn queue_target(self) -> QueueTarget {
-        match self {
-            ActionType::OrderSubmitCl | ActionType::OrderCancel => QueueTarget::Orders,
-            ActionType::PositionsSync => QueueTarget::Jobs,
-        }
-    }
-
-    /// Order submissions stop when the kill switch is engaged; cancels and syncs reduce risk
-    /// and stay available (contract, kill switch).
+    /// A new order: its action creates an order record (checked against the position
+    /// limit and the kill switch at the worker before the broker sees it).
     pub fn is_order_submission(self) -> bool {
         self.as_str().starts_with("order.submit.")
     }

@@ -34,7 +34,7 @@ pub struct CancelInputs<'a> {
     pub order_id: &'a str,
 }
 
-fn action_enabled(control: &Control, a: ActionType) -> RiskCheck {
+pub fn action_enabled(control: &Control, a: ActionType) -> RiskCheck {
     match control.mode(a) {
         RolloutMode::Execute => {
             RiskCheck::pass("action_enabled", format!("{a} is enabled for execution"))
@@ -47,10 +47,12 @@ fn action_enabled(control: &Control, a: ActionType) -> RiskCheck {
     }
 }
 
-fn kill_switch(control: &Control, a: ActionType) -> RiskCheck {
+/// `adds_risk`: the action can add risk (it fails while the switch is engaged); one that
+/// reduces risk passes.
+pub fn kill_switch(control: &Control, adds_risk: bool) -> RiskCheck {
     if control.trade_execute_enabled {
         RiskCheck::pass("kill_switch", "trading is enabled (kill switch released)")
-    } else if a.is_order_submission() {
+    } else if adds_risk {
         RiskCheck::fail(
             "kill_switch",
             "the kill switch is engaged: no order can be submitted until an operator releases it",
@@ -58,12 +60,12 @@ fn kill_switch(control: &Control, a: ActionType) -> RiskCheck {
     } else {
         RiskCheck::pass(
             "kill_switch",
-            format!("the kill switch is engaged, but {a} reduces risk and stays available"),
+            "the kill switch is engaged, but this action reduces risk and stays available",
         )
     }
 }
 
-fn account_allowed(policy: &Policy, a: &Account) -> RiskCheck {
+pub fn account_allowed(policy: &Policy, a: &Account) -> RiskCheck {
     if a.status != AccountStatus::Active {
         return RiskCheck::fail(
             "account_allowed",
@@ -75,7 +77,7 @@ fn account_allowed(policy: &Policy, a: &Account) -> RiskCheck {
 
 /// The policy's list of trading accounts (the account's status is checked apart: at
 /// execute it is a condition of the atomic commit).
-fn account_listed(policy: &Policy, account_id: &str) -> RiskCheck {
+pub fn account_listed(policy: &Policy, account_id: &str) -> RiskCheck {
     match &policy.allowed_accounts {
         Some(list) if !list.iter().any(|x| x == account_id) => RiskCheck::fail(
             "account_allowed",
@@ -90,7 +92,7 @@ pub fn check_order_submit(i: &OrderInputs, account: &Account, control: &Control)
     let a = ActionType::OrderSubmitCl;
     let mut out = vec![
         action_enabled(control, a),
-        kill_switch(control, a),
+        kill_switch(control, a.can_add_risk()),
         account_allowed(i.policy, account),
         symbol_valid(i),
         symbol_allowed(i),
@@ -260,7 +262,7 @@ fn chicago_date(t: DateTime<Utc>) -> chrono::NaiveDate {
     t.with_timezone(&chrono_tz::America::Chicago).date_naive()
 }
 
-fn contract_not_expired(i: &OrderInputs) -> RiskCheck {
+pub fn contract_not_expired(i: &OrderInputs) -> RiskCheck {
     let Some(c) = i.contract else {
         return RiskCheck::fail("contract_not_expired", "no valid symbol to check");
     };
@@ -307,7 +309,7 @@ fn exposure_text(i: &OrderInputs) -> String {
     }
 }
 
-fn expiry_window(i: &OrderInputs) -> RiskCheck {
+pub fn expiry_window(i: &OrderInputs) -> RiskCheck {
     let Some(c) = i.contract else {
         return RiskCheck::fail("expiry_window", "no valid symbol to check");
     };
@@ -344,7 +346,7 @@ fn expiry_window(i: &OrderInputs) -> RiskCheck {
     }
 }
 
-fn market_open(i: &OrderInputs) -> RiskCheck {
+pub fn market_open(i: &OrderInputs) -> RiskCheck {
     match i.calendar.market_state(i.now) {
         MarketState::Open { closes_at } => RiskCheck::pass(
             "market_open",
@@ -366,7 +368,7 @@ fn market_open(i: &OrderInputs) -> RiskCheck {
     }
 }
 
-fn max_order_size(i: &OrderInputs) -> RiskCheck {
+pub fn max_order_size(i: &OrderInputs) -> RiskCheck {
     let q = i.order.quantity.get();
     let max = i.policy.max_order_size;
     if q <= max {
@@ -384,7 +386,7 @@ fn max_order_size(i: &OrderInputs) -> RiskCheck {
 
 /// The limit holds against the worst case: the position plus every open order on the
 /// order's side plus the order itself stays within `max_position` on that side.
-fn position_limit(i: &OrderInputs) -> RiskCheck {
+pub fn position_limit(i: &OrderInputs) -> RiskCheck {
     let after = worst_after(i);
     let max = i.policy.max_position as i64;
     let sym = i
@@ -416,7 +418,7 @@ fn order_prices<'a>(i: &OrderInputs<'a>) -> Vec<(&'static str, Price)> {
 
 /// Limit and stop prices within the policy's band around the reference price. Checked
 /// arithmetic throughout: a price near the decimal limits fails the check, never panics.
-fn price_band(i: &OrderInputs) -> RiskCheck {
+pub fn price_band(i: &OrderInputs) -> RiskCheck {
     let prices = order_prices(i);
     if prices.is_empty() {
         return RiskCheck::pass("price_band", "no price to check");
@@ -460,7 +462,7 @@ fn price_band(i: &OrderInputs) -> RiskCheck {
     )
 }
 
-fn price_on_tick(i: &OrderInputs) -> RiskCheck {
+pub fn price_on_tick(i: &OrderInputs) -> RiskCheck {
     let prices = order_prices(i);
     if prices.is_empty() {
         return RiskCheck::pass("price_on_tick", "no price to check");
@@ -558,7 +560,7 @@ pub fn check_order_cancel(i: &CancelInputs, control: &Control) -> Vec<RiskCheck>
     };
     vec![
         action_enabled(control, a),
-        kill_switch(control, a),
+        kill_switch(control, a.can_add_risk()),
         account_allowed(i.policy, i.account),
         exists,
         cancellable,
@@ -582,7 +584,7 @@ pub fn check_positions_sync(
     }
     vec![
         action_enabled(control, a),
-        kill_switch(control, a),
+        kill_switch(control, a.can_add_risk()),
         account_check,
     ]
 }

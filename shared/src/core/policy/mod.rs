@@ -3,7 +3,7 @@
 //! protocol gathers the inputs (account, position, control record, time) and records the
 //! results.
 
-mod checks;
+pub mod checks;
 mod control;
 
 pub use checks::{
@@ -137,12 +137,14 @@ impl ConfirmationMode {
     }
 }
 
-/// The default confirmation of an action type: a person approves new orders; cancels and
-/// syncs reduce risk and must work in a crisis, so the caller's token confirms them.
+/// The default confirmation of an action type: a person approves what can add risk (new
+/// orders, changes of orders); cancels and syncs reduce risk and must work in a crisis, so
+/// the caller's token confirms them.
 pub fn default_confirmation(a: ActionType) -> ConfirmationMode {
-    match a {
-        ActionType::OrderSubmitCl => ConfirmationMode::Operator,
-        ActionType::OrderCancel | ActionType::PositionsSync => ConfirmationMode::Token,
+    if a.can_add_risk() {
+        ConfirmationMode::Operator
+    } else {
+        ConfirmationMode::Token
     }
 }
 

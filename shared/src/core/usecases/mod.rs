@@ -2,6 +2,7 @@
 //! the sweeper, the kill switch, and the read use cases. Everything that decides lives
 //! here; the ports only store and check conditions.
 
+pub mod actions;
 pub mod approvals;
 pub mod control;
 pub mod execute;

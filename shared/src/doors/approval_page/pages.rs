@@ -240,19 +240,20 @@ pub fn plan(who: &SignedIn, page: &PlanPage, now: Millis) -> Response {
             .unwrap_or_else(|| "-".into())
     };
     let mut payload = String::new();
-    if let serde_json::Value::Object(m) = p.normalized_payload.to_json() {
-        for (k, v) in m {
-            let v = match v {
-                serde_json::Value::String(s) => s,
-                serde_json::Value::Null => "-".into(),
-                other => other.to_string(),
-            };
-            payload.push_str(&format!(
-                "<tr><th>{}</th><td>{}</td></tr>",
-                esc(&k),
-                esc(&v)
-            ));
-        }
+    let fields = crate::core::usecases::actions::of(p.action_type).fields(&p.normalized_payload);
+    for f in fields {
+        let value = match &f.before {
+            Some(before) if *before != f.value => format!(
+                "<span class=\"before\">{}</span> &rarr; <strong class=\"after\">{}</strong>",
+                esc(before),
+                esc(&f.value)
+            ),
+            _ => esc(&f.value),
+        };
+        payload.push_str(&format!(
+            "<tr><th>{}</th><td>{value}</td></tr>",
+            esc(&f.name)
+        ));
     }
     let mut checks = String::new();
     for c in &p.risk_checks {

@@ -15,7 +15,9 @@ pub fn status_of(code: Code) -> StatusCode {
         PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-        NotFound | AccountNotFound | ActionNotFound | PlanNotFound => StatusCode::NOT_FOUND,
+        NotFound | AccountNotFound | OrderNotFound | ActionNotFound | PlanNotFound => {
+            StatusCode::NOT_FOUND
+        }
         MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         Unauthenticated | OperatorUnauthenticated => StatusCode::UNAUTHORIZED,
         InsufficientScope | OperatorMismatch | KillSwitchEngaged | ActionDisabled => {

@@ -11,9 +11,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::core::auth::{Caller, Permission};
-use crate::core::domain::{ActionType, IdempotencyKey, OrderCancel, OrderSubmitCl, PositionsSync};
+use crate::core::domain::IdempotencyKey;
 use crate::core::error::{ApiError, Code};
 use crate::core::parse::from_value;
+use crate::core::usecases::actions::{self, Action};
 use crate::core::usecases::execute::{ExecuteOutcome, ExecuteRequest, Executor, RequestFacts};
 use crate::core::usecases::plan::{PlanRequest, PlanResponse, Planner};
 use crate::core::usecases::reads::{PageRequest, Reads};
@@ -103,7 +104,12 @@ struct ExecuteArgs {
 }
 
 fn schema_of<T: JsonSchema>() -> Value {
-    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_else(|_| json!({}));
+    tool_schema(schemars::schema_for!(T))
+}
+
+/// A root schema as a tool publishes it.
+fn tool_schema(root: schemars::Schema) -> Value {
+    let mut v = serde_json::to_value(root).unwrap_or_else(|_| json!({}));
     // 2020-12 is the default dialect of MCP schemas: no `$schema` needed.
     if let Some(m) = v.as_object_mut() {
         m.remove("$schema");
@@ -246,16 +252,22 @@ pub fn catalog() -> &'static [ToolDef] {
         };
         let plan_out = schema_of::<PlanResponse>();
         let listings = LISTINGS.iter().map(|l| (l.def)());
-        listings.chain([
+        let plans: Vec<ToolDef> = actions::all()
+            .map(|a| {
+                let t = a.plan_tool();
+                tool(t.name, t.title, t.description, Permission::Plan, READ, tool_schema(a.root_schema()), plan_out.clone())
+            })
+            .collect();
+        let reads_and_plans = listings.chain([
             tool("get_action", "Get an action's status", "The status of an executed action (queued, processing, succeeded, failed). Pass wait (seconds, up to 20) to get the answer as soon as the status changes.", Permission::Read, READ, schema_of::<ActionArgs>(), schema_of::<ActionView<'static>>()),
             tool("portfolio_analysis", "Analyse an account's portfolio", "What an account's CL positions are worth and risk: per position the notional (contracts x 1,000 barrels x reference price, USD) and unrealized P&L; gross and net notional, net contracts. Decimal strings.", Permission::Read, READ, schema_of::<AccountArgs>(), schema_of::<crate::core::usecases::portfolio::PortfolioView>()),
             tool("allocation_breakdown", "Break down the allocation", "Where the gross notional sits: by contract month, by side and by desk, as percentages that sum to 100. Without account_id, every account the operator may see.", Permission::Read, READ, schema_of::<AllocationArgs>(), schema_of::<crate::core::usecases::portfolio::AllocationView>()),
             tool("risk_flags", "An account's risk flags", "Deterministic flags with their figures: concentration in a contract month (warn), a position near the policy limit (warn), a position in the close-only window or near its last trading day, where CL goes to physical delivery (fail); and the long/short calendar exposure. Check them before answering about risk.", Permission::Read, READ, schema_of::<AccountArgs>(), schema_of::<crate::core::usecases::portfolio::RiskFlagsView>()),
-            tool("plan_cl_order", "Plan a CL futures order", "Validate a NYMEX WTI crude oil (CL) order and run the risk checks. Returns a preview for the operator and, when executable, where the operator approves it. Places nothing.", Permission::Plan, READ, schema_of::<OrderSubmitCl>(), plan_out.clone()),
-            tool("plan_cancel_order", "Plan an order cancel", "Validate cancelling an open order. Returns a preview and a confirmation_token for execute_plan. Cancels nothing by itself.", Permission::Plan, READ, schema_of::<OrderCancel>(), plan_out.clone()),
-            tool("plan_positions_sync", "Plan a positions sync", "Plan rebuilding an account's positions from the broker's view. Returns a preview and a confirmation_token for execute_plan.", Permission::Plan, READ, schema_of::<PositionsSync>(), plan_out),
+        ]);
+        let execute = [
             tool("execute_plan", "Execute a plan", "Queue a planned action for the workers, after the operator confirmed it (orders: approved on the approval page). Safe to retry: the same plan and caller never execute twice. Report progress with get_action.", Permission::Execute, (false, true, true), schema_of::<ExecuteArgs>(), schema_of::<crate::core::usecases::execute::Accepted>()),
-        ]).collect()
+        ];
+        reads_and_plans.chain(plans).chain(execute).collect()
     })
 }
 
@@ -530,42 +542,25 @@ impl Tools {
                 };
                 done(&v, text)
             }
-            "plan_cl_order" => {
-                self.plan(caller, ActionType::OrderSubmitCl, args, facts)
-                    .await
-            }
-            "plan_cancel_order" => {
-                self.plan(caller, ActionType::OrderCancel, args, facts)
-                    .await
-            }
-            "plan_positions_sync" => {
-                self.plan(caller, ActionType::PositionsSync, args, facts)
-                    .await
-            }
             "execute_plan" => self.execute_plan(caller, args, facts).await,
-            other => Err(ApiError::new(Code::NotFound, format!("No tool {other}."))),
+            other => match actions::all().find(|a| a.plan_tool().name == other) {
+                Some(a) => self.plan(caller, a, args, facts).await,
+                None => Err(ApiError::new(Code::NotFound, format!("No tool {other}."))),
+            },
         }
     }
 
     async fn plan(
         &self,
         caller: &Caller,
-        action_type: ActionType,
+        action: &dyn Action,
         args: Value,
         facts: &ToolFacts,
     ) -> Result<ToolOutcome, ApiError> {
         // The payload's own type checks it first, with pointers into the arguments.
-        match action_type {
-            ActionType::OrderSubmitCl => {
-                from_value::<OrderSubmitCl>(args.clone(), "").map(|_| ())?
-            }
-            ActionType::OrderCancel => from_value::<OrderCancel>(args.clone(), "").map(|_| ())?,
-            ActionType::PositionsSync => {
-                from_value::<PositionsSync>(args.clone(), "").map(|_| ())?
-            }
-        }
+        action.check_payload(&args, "")?;
         let req = PlanRequest {
-            action_type,
+            action_type: action.action_type(),
             payload: args,
             requested_by: caller.operator.sub.clone(),
             chat_context: Some(chat(facts)),

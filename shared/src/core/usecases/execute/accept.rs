@@ -39,15 +39,13 @@ pub(super) async fn accept(
     let action_id = new_id("act", now);
     let refs = match plan.action_type.queue_target() {
         QueueTarget::Orders => ResourceRefs {
-            order_id: Some(match plan.action_type {
-                // A cancel acts on an existing order.
-                ActionType::OrderCancel => plan
-                    .normalized_payload
-                    .cancelled_order_id()
-                    .unwrap_or_default()
-                    .to_string(),
-                _ => new_id("ord", now),
-            }),
+            // A cancel or a change acts on an existing order; a new order gets its id.
+            order_id: Some(
+                plan.normalized_payload
+                    .payload()
+                    .existing_order_id()
+                    .map_or_else(|| new_id("ord", now), str::to_string),
+            ),
             job_id: None,
         },
         QueueTarget::Jobs => ResourceRefs {
@@ -155,8 +153,8 @@ pub(super) async fn accept(
         control_version: Some(control.version),
         // Cancels and syncs reduce risk: they run on a suspended account too.
         account_active: plan
-            .action_type
-            .is_order_submission()
+            .normalized_payload
+            .adds_risk()
             .then(|| plan.account_id.clone()),
         rate: Some(rate.next(now, st.rate_per_minute)),
         reserve,

@@ -2,6 +2,7 @@
 //! positions, the account, the rate limit) against what was read.
 
 use super::*;
+use crate::core::usecases::actions::{self, AtExecute};
 
 pub(super) enum Verdict {
     Accept {
@@ -97,7 +98,7 @@ pub(super) async fn decide(
             false,
         );
     }
-    if plan.action_type.is_order_submission() && !control.trade_execute_enabled {
+    if plan.normalized_payload.adds_risk() && !control.trade_execute_enabled {
         return reject(
             ApiError::new(
                 Code::KillSwitchEngaged,
@@ -128,40 +129,10 @@ pub(super) async fn decide(
             true,
         );
     }
-    let mut reserve = None;
-    if plan.action_type == ActionType::OrderSubmitCl {
-        // Every check that can change since the plan, under the policy in force now; the
-        // position ones (with open orders) as a condition of the commit, which also
-        // reserves the order's contracts.
-        let (order, contract) = plan_order(plan)?;
-        let inputs = OrderInputs {
-            policy: policy::in_force(&st.policy, control),
-            calendar: ExchangeCalendar::cme(),
-            now: st.clock.now(),
-            account_id: &plan.account_id,
-            order: &order,
-            contract,
-            exposure: Default::default(),
-            reference: plan.reference_price,
-        };
-        let failed: Vec<RiskCheck> = policy::recheck_order_without_position(&inputs)
-            .into_iter()
-            .filter(RiskCheck::failed)
-            .collect();
-        if !failed.is_empty() {
-            return reject(policy_violation(&failed), true);
-        }
-        reserve = Some(Reservation {
-            side: order.side,
-            bound: policy::reservation_bound(&inputs),
-            delta: ExposureDelta::reserve(
-                &plan.account_id,
-                &order.symbol,
-                order.side,
-                order.quantity.get() as i64,
-            ),
-        });
-    }
+    let reserve = match actions::of(plan.action_type).at_execute(st, plan, control)? {
+        AtExecute::Go(reserve) => reserve,
+        AtExecute::Refuse(e) => return reject(e, true),
+    };
     // Admission: not a decision either. An order accepted behind a deep queue would reach
     // the broker seconds after the operator confirmed it; refuse it now instead.
     if plan.action_type.is_order_submission() && !ctx.placed.load(Ordering::Relaxed) {
@@ -203,19 +174,22 @@ pub(super) async fn decide(
 pub(super) fn confirmation_short_of(plan: &PlanRecord, pol: &Policy) -> Option<String> {
     let a = plan.action_type;
     match plan.confirmation {
-        ConfirmationMode::Token if pol.confirmation(a) == ConfirmationMode::Operator => {
+        ConfirmationMode::Token
+            if pol.confirmation(actions::of(a).confirmed_as(&plan.normalized_payload))
+                == ConfirmationMode::Operator =>
+        {
             Some(format!(
                 "The policy in force now has {a} approved by its operator on the approval page; this plan was confirmed with a token under an earlier policy."
             ))
         }
-        ConfirmationMode::Operator if a == ActionType::OrderSubmitCl && !plan.four_eyes => {
+        ConfirmationMode::Operator if actions::of(a).weighs_notional() && !plan.four_eyes => {
             // The plan's notional as the plan measured it; a plan made without a four-eyes
             // threshold kept none: measured at its reference price, and without one (a
             // market order) the second person is the safe answer, as at plan time.
             let notional = plan.notional.or_else(|| {
-                let (order, _) = plan_order(plan).ok()?;
+                let terms = plan.normalized_payload.payload().order_terms()?;
                 let price = plan.reference_price?;
-                Some(crate::core::usecases::plan::notional(order.quantity.get(), price))
+                Some(actions::notional(terms.quantity, price))
             });
             pol.needs_four_eyes(notional).then(|| {
                 "The policy in force now needs a second person's approval for an order of this size; this plan was approved by its requester alone under an earlier policy.".to_string()
@@ -225,19 +199,7 @@ pub(super) fn confirmation_short_of(plan: &PlanRecord, pol: &Policy) -> Option<S
     }
 }
 
-/// The plan's order, as confirmed.
-pub(super) fn plan_order(
-    plan: &PlanRecord,
-) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
-    let normalized = plan
-        .normalized_payload
-        .order()
-        .ok_or_else(|| ApiError::internal(format!("plan {} holds no order", plan.plan_id)))?;
-    let order = normalized.as_request().map_err(ApiError::internal)?;
-    Ok((order, ClContract::parse(&normalized.terms.symbol).ok()))
-}
-
-pub(super) fn policy_violation(failed: &[RiskCheck]) -> ApiError {
+pub(crate) fn policy_violation(failed: &[RiskCheck]) -> ApiError {
     let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
     ApiError::new(
         Code::PolicyViolation,
@@ -253,32 +215,6 @@ pub(super) fn policy_violation(failed: &[RiskCheck]) -> ApiError {
             .map(|c| crate::core::error::FieldError::new(format!("risk_checks/{}", c.name), c.reason.clone()))
             .collect(),
     )
-}
-
-/// The commit found the position outside the bounds: read it and run the full re-check
-/// for a precise reason. `None`: it passes now (the position moved again); go again.
-pub(super) async fn position_violation(
-    st: &Executor,
-    plan: &PlanRecord,
-    control: &Control,
-) -> Result<Option<ApiError>, ApiError> {
-    let (order, contract) = plan_order(plan)?;
-    let exposure = order_inputs_exposure(st.positions.as_ref(), &plan.account_id, contract).await?;
-    let inputs = OrderInputs {
-        policy: policy::in_force(&st.policy, control),
-        calendar: ExchangeCalendar::cme(),
-        now: st.clock.now(),
-        account_id: &plan.account_id,
-        order: &order,
-        contract,
-        exposure,
-        reference: plan.reference_price,
-    };
-    let failed: Vec<RiskCheck> = policy::recheck_order_at_execute(&inputs)
-        .into_iter()
-        .filter(RiskCheck::failed)
-        .collect();
-    Ok((!failed.is_empty()).then(|| policy_violation(&failed)))
 }
 
 /// The commit found the account no longer active: say what it is now.

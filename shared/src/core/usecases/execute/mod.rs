@@ -29,22 +29,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::order_inputs_exposure;
 use super::{not_found, sha256_hex, ChatContext};
 use crate::core::auth::{Caller, Permission, TokenFault};
 use crate::core::clock::SharedClock;
-use crate::core::domain::calendar::ExchangeCalendar;
-use crate::core::domain::cl::ClContract;
-use crate::core::domain::ExposureDelta;
-use crate::core::domain::OrderSubmitCl;
 use crate::core::domain::{
     human_time, new_id, rfc3339, ActionStatus, ActionType, IdempotencyKey, Millis, QueueTarget,
 };
 use crate::core::error::{ApiError, Code};
 use crate::core::parse::check_ident;
+use crate::core::policy;
 use crate::core::policy::ConfirmationMode;
 use crate::core::policy::Policy;
-use crate::core::policy::{self, OrderInputs};
 use crate::core::ports::{
     AccountStore, ActionStore, AuditLog, CommitOutcome, Conflict, ExecuteCommit, ExecuteLedger,
     KeyCondition, PlanChange, PositionStore, Queue, Reservation,
@@ -64,7 +59,7 @@ mod round;
 
 use accept::*;
 pub use backlog::Backlog;
-use decide::*;
+pub(crate) use decide::*;
 pub use dispatch::*;
 use round::*;
 

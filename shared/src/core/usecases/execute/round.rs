@@ -2,6 +2,7 @@
 //! key, verify the confirmation token and the approval, then decide and commit.
 
 use super::*;
+use crate::core::usecases::actions;
 
 /// One read-decide-commit round. `Ok(None)`: a condition changed under us; go again.
 pub(super) async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiError> {
@@ -170,7 +171,10 @@ pub(super) async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiEr
                 Attempt::Retry => return Ok(None),
                 // The exposure left no room under us: explain with the full re-check.
                 Attempt::PositionMoved => {
-                    match position_violation(st, &plan, &snap.control).await? {
+                    match actions::of(plan.action_type)
+                        .position_violation(st, &plan, &snap.control)
+                        .await?
+                    {
                         Some(error) => Verdict::Reject { error, close: true },
                         None => return Ok(None),
                     }

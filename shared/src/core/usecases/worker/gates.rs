@@ -5,11 +5,15 @@ use super::*;
 
 /// The kill switch, read before every order submission: `Some(error)` if it is engaged.
 pub(super) async fn kill_switch(st: &Worker, order_id: &str) -> Result<Option<String>, ApiError> {
-    Ok(engaged(&st.control.get_control().await?, order_id))
+    Ok(engaged(
+        &st.control.get_control().await?,
+        &format!("order {order_id}"),
+    ))
 }
 
-/// `Some(error)` if `control` has the kill switch engaged.
-pub(super) fn engaged(control: &crate::core::records::Control, order_id: &str) -> Option<String> {
+/// `Some(error)` if `control` has the kill switch engaged; `what` did not reach the broker
+/// ("order ord_1", "the change of order ord_1").
+pub(super) fn engaged(control: &crate::core::records::Control, what: &str) -> Option<String> {
     if control.trade_execute_enabled {
         return None;
     }
@@ -19,7 +23,7 @@ pub(super) fn engaged(control: &crate::core::records::Control, order_id: &str) -
         .map(|r| format!(" ({r})"))
         .unwrap_or_default();
     Some(format!(
-        "kill_switch_engaged: the kill switch was engaged{reason} before order {order_id} \
+        "kill_switch_engaged: the kill switch was engaged{reason} before {what} \
          reached the broker; it was not sent"
     ))
 }
@@ -30,9 +34,11 @@ pub(super) fn engaged(control: &crate::core::records::Control, order_id: &str) -
 /// execute), under the policy in force now. A kill switch engaged, a policy lowered, or a
 /// sync that raised the position, since execute stops the order here. `Some(error)`: do
 /// not send it.
-pub(super) async fn pre_broker_gate(
+/// `what`: what is about to be sent ("order ord_1", "the change of order ord_1").
+pub(crate) async fn pre_broker_gate(
     st: &Worker,
     order: &Order,
+    what: &str,
 ) -> Result<Option<String>, ApiError> {
     // Its three reads side by side: one of the control record for both the kill switch
     // and the policy in force, the exposure, the account.
@@ -42,7 +48,7 @@ pub(super) async fn pre_broker_gate(
         st.positions.get_exposure(account_id, &order.terms.symbol),
         st.accounts.get_account(account_id),
     )?;
-    if let Some(why) = engaged(&control, &order.order_id) {
+    if let Some(why) = engaged(&control, what) {
         return Ok(Some(why));
     }
     let request = crate::core::domain::OrderSubmitCl {
@@ -69,8 +75,8 @@ pub(super) async fn pre_broker_gate(
     };
     if let Some(a) = account.filter(|a| a.status != crate::core::domain::AccountStatus::Active) {
         return Ok(Some(format!(
-            "policy_violation: account_allowed: account {} is {}; order {} was not sent to the broker",
-            a.account_id, a.status, order.order_id
+            "policy_violation: account_allowed: account {} is {}; {what} was not sent to the broker",
+            a.account_id, a.status
         )));
     }
     if let Some(c) = crate::core::policy::recheck_at_worker(&inputs)
@@ -78,17 +84,14 @@ pub(super) async fn pre_broker_gate(
         .find(crate::core::records::RiskCheck::failed)
     {
         return Ok(Some(format!(
-            "policy_violation: {}: {}; order {} was not sent to the broker",
-            c.name, c.reason, order.order_id
+            "policy_violation: {}: {}; {what} was not sent to the broker",
+            c.name, c.reason
         )));
     }
     Ok(crate::core::policy::position_gate(&inputs)
         .err()
         .map(|why| {
-            format!(
-                "policy_violation: position_limit: {why}; order {} was not sent to the broker",
-                order.order_id
-            )
+            format!("policy_violation: position_limit: {why}; {what} was not sent to the broker")
         }))
 }
 

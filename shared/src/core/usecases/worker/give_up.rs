@@ -27,15 +27,9 @@ pub(super) async fn give_up(st: &Worker, body: &str, e: &ApiError) -> Result<(),
     }
     let cause = e.cause.as_deref().unwrap_or(&e.message);
     let now = st.clock.now_ms();
-    let (status, error) = match action.action_type {
-        ActionType::OrderSubmitCl => give_up_order(st, &action, cause).await?,
-        _ => (
-            ActionStatus::Failed,
-            Some(format!(
-                "processing failed after repeated attempts: {cause}"
-            )),
-        ),
-    };
+    let (status, error) = crate::core::usecases::actions::of(action.action_type)
+        .give_up(st, &action, cause)
+        .await?;
     if let Some(job_id) = &action.resource_refs.job_id {
         let why = error
             .clone()
@@ -60,7 +54,7 @@ pub(super) async fn give_up(st: &Worker, body: &str, e: &ApiError) -> Result<(),
 /// nothing is left open and nobody is told to resubmit a live order. An order the broker
 /// never saw (no row, or still `queued`, or `submitted` but unknown to the broker) becomes
 /// `rejected`; one the broker has is recorded as the broker says.
-pub(super) async fn give_up_order(
+pub(crate) async fn give_up_order(
     st: &Worker,
     action: &ActionRecord,
     cause: &str,

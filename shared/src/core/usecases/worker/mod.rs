@@ -16,14 +16,16 @@ mod gates;
 mod give_up;
 mod orders;
 mod reconcile;
+mod step;
 pub mod sweeper;
 mod sync;
 
 pub(crate) use gates::*;
-use give_up::*;
-use orders::*;
+pub(crate) use give_up::*;
+pub(crate) use orders::*;
 use reconcile::*;
-use sync::*;
+use step::*;
+pub(crate) use sync::*;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use tracing::Instrument;
 use crate::core::auth::DeskScope;
 use crate::core::clock::SharedClock;
 use crate::core::domain::{
-    ActionStatus, ActionType, Job, JobKind, JobStatus, Millis, Order, OrderStatus, Position,
+    ActionStatus, Job, JobKind, JobStatus, Millis, Order, OrderStatus, Position,
 };
 use crate::core::error::ApiError;
 use crate::core::policy::Policy;
@@ -44,12 +46,12 @@ use crate::core::ports::{
     AccountStore, ActionStore, ControlStore, OrderStore, PositionStore, WorkerStore,
 };
 use crate::core::ports::{ActionMove, Page, PositionChange, PositionsReplacement, Stored};
-use crate::core::records::{ActionRecord, QueueMessage, QUEUE_MESSAGE_SCHEMA};
+use crate::core::records::{ActionRecord, QueueMessage};
 
-const ROUNDS: usize = 16;
+pub(crate) const ROUNDS: usize = 16;
 
 /// The statuses a worker settles an action from.
-const UNSETTLED: [ActionStatus; 2] = [ActionStatus::Queued, ActionStatus::Processing];
+pub(crate) const UNSETTLED: [ActionStatus; 2] = [ActionStatus::Queued, ActionStatus::Processing];
 
 /// How a handled message ended (the message is deleted either way).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,7 +196,7 @@ async fn guarded<T>(f: impl std::future::Future<Output = T>) -> Result<T, ApiErr
     })
 }
 
-fn bad_message(why: impl Into<String>) -> ApiError {
+pub(crate) fn bad_message(why: impl Into<String>) -> ApiError {
     let why = why.into();
     ApiError::internal(format!("malformed queue message: {why}")).with_field("message", why)
 }
@@ -251,105 +253,12 @@ fn refuse(action_id: &str, why: String) -> Outcome {
     Outcome::Refused(format!("message refused: {why}"))
 }
 
-async fn process(st: &Worker, body: &str) -> Result<Outcome, ApiError> {
-    let received: QueueMessage =
-        serde_json::from_str(body).map_err(|e| bad_message(e.to_string()))?;
-    if received.schema != QUEUE_MESSAGE_SCHEMA {
-        return Err(bad_message(format!("unknown schema {}", received.schema)));
-    }
-    let action = match stored_action(st, &received).await? {
-        Ok(action) => action,
-        Err(why) => return Ok(refuse(&received.action_id, why)),
-    };
-    // From here on only the stored message counts: what was approved at execute.
-    let msg = &action.message;
-    if crate::failpoint::hit("worker.poison") && msg.trace.tool_call_id.as_deref() == Some("poison")
-    {
-        // Test-only: a message that fails every time it is handled.
-        return Err(ApiError::internal(
-            "failpoint worker.poison: this message cannot be handled",
-        ));
-    }
-    if crate::failpoint::hit("worker.panic") && msg.trace.tool_call_id.as_deref() == Some("panic") {
-        // Test-only: a message whose handling panics every time.
-        panic!("failpoint worker.panic: this message panics");
-    }
-    if matches!(
-        action.status,
-        ActionStatus::Succeeded | ActionStatus::Failed
-    ) {
-        return Ok(Outcome::AlreadyDone);
-    }
-    let now = st.clock.now_ms();
-    // The action moves to `processing`; an order submission's order is created, claimed
-    // for the broker, beside it: two independent writes side by side (on SQLite the writer
-    // commits them together).
-    let processing = async {
-        st.store
-            .set_action_status(
-                &msg.action_id,
-                &[ActionStatus::Queued],
-                ActionStatus::Processing,
-                None,
-                now,
-            )
-            .await
-            .map_err(ApiError::from)
-    };
-    let claim = async {
-        match msg.action_type {
-            ActionType::OrderSubmitCl => claim_order(st, msg, now).await.map(Some),
-            _ => Ok(None),
-        }
-    };
-    let (_, claimed) = tokio::try_join!(processing, claim)?;
-    if crate::failpoint::hit("worker.slow") && msg.trace.tool_call_id.as_deref() == Some("slow") {
-        // Test-only: a message whose handling takes 6 s (a slow broker, say).
-        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    }
-    // `settled`: the action was settled with the order's record, in the same write.
-    let (outcome, settled) = match msg.action_type {
-        ActionType::OrderSubmitCl => submit(st, msg, claimed).await?,
-        ActionType::OrderCancel => (cancel(st, msg).await?, false),
-        ActionType::PositionsSync => (sync(st, msg).await?, false),
-    };
-    let settled_at = st.clock.now_ms();
-    if !settled {
-        let m = settle(msg, &outcome, settled_at);
-        st.store
-            .set_action_status(m.action_id, m.from, m.to, m.error, m.at)
-            .await?;
-    }
-    if msg.action_type == ActionType::OrderSubmitCl {
-        // Accept (the execute) to the order's first terminal answer from this worker.
-        metrics::histogram!(crate::metrics::ORDER_LATENCY)
-            .record((settled_at - action.created_at).max(0) as f64 / 1000.0);
-    }
-    Ok(outcome)
-}
-
-/// The action's move to the status `outcome` gives it.
-fn settle<'a>(msg: &'a QueueMessage, outcome: &'a Outcome, at: Millis) -> ActionMove<'a> {
-    let (to, error) = match outcome {
-        Outcome::Failed(why) => (ActionStatus::Failed, Some(why.as_str())),
-        _ => (ActionStatus::Succeeded, None),
-    };
-    ActionMove {
-        action_id: &msg.action_id,
-        from: &UNSETTLED,
-        to,
-        error,
-        at,
-    }
-}
-
-/// A message left unhandled because an earlier one of its group failed. On its last
-/// receive it goes to the dead-letter queue with that one, never having run: settle its
-/// action as failed (which releases an order's reservation) like a last attempt.
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::domain::payload::NormalizedPayload;
+    use crate::core::domain::ActionType;
+    use crate::core::records::QUEUE_MESSAGE_SCHEMA;
     use serde_json::json;
 
     fn message() -> QueueMessage {

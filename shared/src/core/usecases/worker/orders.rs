@@ -28,7 +28,7 @@ pub(super) fn new_order(msg: &QueueMessage, now: Millis) -> Result<Order, ApiErr
     })
 }
 
-pub(super) fn order_status(s: BrokerStatus) -> OrderStatus {
+pub(crate) fn order_status(s: BrokerStatus) -> OrderStatus {
     match s {
         BrokerStatus::Working => OrderStatus::Working,
         BrokerStatus::PartiallyFilled => OrderStatus::PartiallyFilled,
@@ -81,7 +81,7 @@ pub(super) fn broker_rejected(order_id: &str, reason: Option<&str>) -> String {
 /// Records what the broker says of an order: its new state, for a new fill the position
 /// change, and with `settles` the move of the action it settles, in one write.
 /// `Ok(false)`: the order, the position or the action moved under us; read again.
-pub(super) async fn record(
+pub(crate) async fn record(
     st: &Worker,
     order: &Order,
     ack: &BrokerOrder,
@@ -148,7 +148,7 @@ pub(super) async fn reload(st: &Worker, order_id: &str) -> Result<Order, ApiErro
 /// Creates a submission's order claimed for the broker (`submitted`) in one write, or
 /// finds the one an earlier delivery created. The gate runs after the claim, as the last
 /// step before the broker.
-pub(super) async fn claim_order(
+pub(crate) async fn claim_order(
     st: &Worker,
     msg: &QueueMessage,
     now: Millis,
@@ -163,7 +163,7 @@ pub(super) async fn claim_order(
 /// `claimed`: the order as [`claim_order`] created or found it (made beside the action's
 /// move to `processing`). The answer's `bool`: the action was settled with the order's
 /// record (when this delivery's broker answer decided it).
-pub(super) async fn submit(
+pub(crate) async fn submit(
     st: &Worker,
     msg: &QueueMessage,
     claimed: Option<Stored<Order>>,
@@ -202,78 +202,81 @@ pub(super) async fn submit(
                     continue;
                 }
             }
-            OrderStatus::Submitted => match pre_broker_gate(st, &order).await? {
-                // Claimed by this delivery and not sent: the broker cannot have it.
-                Some(why) if claimed_here && !sent_here => {
-                    if reject_unsent(st, &order, now).await? {
-                        return unsettled(Outcome::Failed(why));
-                    }
-                }
-                // Claimed by an earlier delivery (or sent): the broker may have it already.
-                Some(why) => match st.broker.order(&order.terms.account_id, &order_id).await? {
-                    Some(ack) => {
-                        record(st, &order, &ack, now, None).await?;
-                    }
-                    // Claimed moments ago: an earlier delivery may still be sending it.
-                    None if !claimed_here && !claim_abandoned(st, &order, now) => {
-                        return Err(ApiError::unavailable(format!(
-                            "order {order_id} was claimed for the broker moments ago; \
-                             re-checking before it is refused"
-                        )));
-                    }
-                    None => {
+            OrderStatus::Submitted => {
+                match pre_broker_gate(st, &order, &format!("order {}", order.order_id)).await? {
+                    // Claimed by this delivery and not sent: the broker cannot have it.
+                    Some(why) if claimed_here && !sent_here => {
                         if reject_unsent(st, &order, now).await? {
                             return unsettled(Outcome::Failed(why));
                         }
                     }
-                },
-                None => {
-                    if crate::failpoint::hit("worker.before_broker") {
-                        // Test-only: the worker dies between its claim and the broker (on
-                        // every receive: a message whose last receive never finishes).
-                        tracing::error!(order_id = %order_id, "failpoint worker.before_broker: aborting");
-                        std::process::abort();
-                    }
-                    // The broker deduplicates on the client order id: a resend is not a new
-                    // order.
-                    sent_here = true;
-                    let ack = st.broker.submit(&to_broker(&order)).await?;
-                    if crate::failpoint::hit("worker.after_broker") {
-                        // Test-only: the worker dies after the broker accepted the order.
-                        tracing::error!(order_id = %order_id, "failpoint worker.after_broker: aborting");
-                        std::process::abort();
-                    }
-                    if crate::failpoint::hit("worker.record_fails")
-                        && msg.trace.tool_call_id.as_deref() == Some("record-fails")
-                    {
-                        // Test-only: the broker accepted the order, recording it fails.
-                        return Err(ApiError::unavailable(
-                            "failpoint worker.record_fails: the order's record was not written",
-                        ));
-                    }
-                    // The broker's answer decides the action: it settles with the order's
-                    // record, one write instead of two, both at the answer's time.
-                    let now = st.clock.now_ms().max(now);
-                    let next = recorded(&order, &ack, now);
-                    let outcome = submission_outcome(&order_id, next.status, ack.reason.as_deref())
-                        .filter(|_| settle_here);
-                    let settles = outcome.as_ref().map(|o| settle(msg, o, now));
-                    if record(st, &order, &ack, now, settles.as_ref()).await? {
-                        if crate::failpoint::hit("worker.after_record") {
-                            // Test-only: the worker dies right after the order's record.
-                            tracing::error!(order_id = %order_id, "failpoint worker.after_record: aborting");
+                    // Claimed by an earlier delivery (or sent): the broker may have it already.
+                    Some(why) => match st.broker.order(&order.terms.account_id, &order_id).await? {
+                        Some(ack) => {
+                            record(st, &order, &ack, now, None).await?;
+                        }
+                        // Claimed moments ago: an earlier delivery may still be sending it.
+                        None if !claimed_here && !claim_abandoned(st, &order, now) => {
+                            return Err(ApiError::unavailable(format!(
+                                "order {order_id} was claimed for the broker moments ago; \
+                             re-checking before it is refused"
+                            )));
+                        }
+                        None => {
+                            if reject_unsent(st, &order, now).await? {
+                                return unsettled(Outcome::Failed(why));
+                            }
+                        }
+                    },
+                    None => {
+                        if crate::failpoint::hit("worker.before_broker") {
+                            // Test-only: the worker dies between its claim and the broker (on
+                            // every receive: a message whose last receive never finishes).
+                            tracing::error!(order_id = %order_id, "failpoint worker.before_broker: aborting");
                             std::process::abort();
                         }
-                        if let Some(o) = outcome {
-                            return Ok((o, true));
+                        // The broker deduplicates on the client order id: a resend is not a new
+                        // order.
+                        sent_here = true;
+                        let ack = st.broker.submit(&to_broker(&order)).await?;
+                        if crate::failpoint::hit("worker.after_broker") {
+                            // Test-only: the worker dies after the broker accepted the order.
+                            tracing::error!(order_id = %order_id, "failpoint worker.after_broker: aborting");
+                            std::process::abort();
                         }
-                        // Our write is the order's state now: no need to read it back.
-                        order = next;
-                        continue;
+                        if crate::failpoint::hit("worker.record_fails")
+                            && msg.trace.tool_call_id.as_deref() == Some("record-fails")
+                        {
+                            // Test-only: the broker accepted the order, recording it fails.
+                            return Err(ApiError::unavailable(
+                                "failpoint worker.record_fails: the order's record was not written",
+                            ));
+                        }
+                        // The broker's answer decides the action: it settles with the order's
+                        // record, one write instead of two, both at the answer's time.
+                        let now = st.clock.now_ms().max(now);
+                        let next = recorded(&order, &ack, now);
+                        let outcome =
+                            submission_outcome(&order_id, next.status, ack.reason.as_deref())
+                                .filter(|_| settle_here);
+                        let settles = outcome.as_ref().map(|o| settle(msg, o, now));
+                        if record(st, &order, &ack, now, settles.as_ref()).await? {
+                            if crate::failpoint::hit("worker.after_record") {
+                                // Test-only: the worker dies right after the order's record.
+                                tracing::error!(order_id = %order_id, "failpoint worker.after_record: aborting");
+                                std::process::abort();
+                            }
+                            if let Some(o) = outcome {
+                                return Ok((o, true));
+                            }
+                            // Our write is the order's state now: no need to read it back.
+                            order = next;
+                            continue;
+                        }
+                        settle_here = false;
                     }
-                    settle_here = false;
                 }
-            },
+            }
             OrderStatus::Rejected => return unsettled(rejected(st, &order).await?),
             status => {
                 if let Some(o) = submission_outcome(&order_id, status, None) {
@@ -302,7 +305,7 @@ pub(super) async fn rejected(st: &Worker, order: &Order) -> Result<Outcome, ApiE
     Ok(Outcome::Failed(why))
 }
 
-pub(super) async fn cancel(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
+pub(crate) async fn cancel(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     let order_id = msg
         .resource_refs
         .order_id

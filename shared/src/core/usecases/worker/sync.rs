@@ -16,7 +16,7 @@ pub(super) struct SyncChange {
     pub(super) after: i64,
 }
 
-pub(super) async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
+pub(crate) async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, ApiError> {
     let job_id = msg
         .resource_refs
         .job_id

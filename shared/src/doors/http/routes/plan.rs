@@ -42,7 +42,12 @@ pub fn api_doc() -> Api {
                     })),
                 ],
             )
-            .errors(&[Code::OperatorMismatch, Code::AccountNotFound, Code::RateLimited])
+            .errors(&[
+                Code::OperatorMismatch,
+                Code::AccountNotFound,
+                Code::OrderNotFound,
+                Code::RateLimited,
+            ])
             .answers(200, "The plan: preview, risk checks, and how to confirm it.", schema::<PlanResponse>)
             .example(json!({
                 "plan_id": "pln_01kaq8m4x1a7c2e9f0g3h5",

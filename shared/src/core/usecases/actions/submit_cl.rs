@@ -1,0 +1,404 @@
+//! `order.submit.cl`: a new NYMEX WTI crude (CL) futures order. The plan checks it
+//! against the policy, the calendar, the account's exposure and the reference price;
+//! execute checks again what can change and reserves its contracts; the worker claims the
+//! order, passes the kill switch and position gates, and sends it to the broker.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{parses_as, Action, AtExecute, PlanTool};
+use crate::core::auth::Caller;
+use crate::core::domain::calendar::ExchangeCalendar;
+use crate::core::domain::cl::ClContract;
+use crate::core::domain::payload::{NormalizedOrder, NormalizedPayload};
+use crate::core::domain::{
+    Account, ActionStatus, ActionType, ExposureDelta, Millis, Order, OrderSubmitCl, OrderTerms,
+    OrderType, Price, Side, TimeInForce,
+};
+use crate::core::error::ApiError;
+use crate::core::parse::from_value;
+use crate::core::policy::{self, OrderInputs, Policy};
+use crate::core::ports::Reservation;
+use crate::core::ports::{PositionStore, Stored};
+use crate::core::records::{ActionRecord, Control, PlanRecord, QueueMessage, RiskCheck};
+use crate::core::usecases::execute::Executor;
+use crate::core::usecases::plan::{Evaluated, Planner};
+use crate::core::usecases::reads::visible_account;
+use crate::core::usecases::worker::{self, Outcome, Worker};
+
+pub struct SubmitCl;
+
+#[async_trait]
+impl Action for SubmitCl {
+    fn action_type(&self) -> ActionType {
+        ActionType::OrderSubmitCl
+    }
+
+    fn plan_tool(&self) -> PlanTool {
+        PlanTool {
+            name: "plan_cl_order",
+            title: "Plan a CL futures order",
+            description: "Validate a NYMEX WTI crude oil (CL) order and run the risk checks. Returns a preview for the operator and, when executable, where the operator approves it. Places nothing.",
+        }
+    }
+
+    fn payload_schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<OrderSubmitCl>()
+    }
+
+    fn root_schema(&self) -> schemars::Schema {
+        schemars::schema_for!(OrderSubmitCl)
+    }
+
+    fn check_payload(&self, payload: &Value, at: &str) -> Result<(), ApiError> {
+        if let Some(Value::String(sym)) = payload.get("symbol") {
+            if !sym.is_empty() {
+                crate::core::parse::check_text(&format!("{at}/symbol"), sym, MAX_SYMBOL_CHARS)?;
+            }
+        }
+        parses_as::<OrderSubmitCl>(payload, at)
+    }
+
+    async fn evaluate(
+        &self,
+        planner: &Planner,
+        caller: &Caller,
+        payload: Value,
+        control: &Control,
+    ) -> Result<Evaluated, ApiError> {
+        self.check_payload(&payload, "/payload")?;
+        let o: OrderSubmitCl = from_value(payload, "/payload")?;
+        evaluate_order(planner, caller, o, control).await
+    }
+
+    fn weighs_notional(&self) -> bool {
+        true
+    }
+
+    fn at_execute(
+        &self,
+        ex: &Executor,
+        plan: &PlanRecord,
+        control: &Control,
+    ) -> Result<AtExecute, ApiError> {
+        // Every check that can change since the plan, under the policy in force now; the
+        // position ones (with open orders) as a condition of the commit, which also
+        // reserves the order's contracts.
+        let (order, contract) = plan_order(plan)?;
+        let inputs = OrderInputs {
+            policy: policy::in_force(&ex.policy, control),
+            calendar: ExchangeCalendar::cme(),
+            now: ex.clock.now(),
+            account_id: &plan.account_id,
+            order: &order,
+            contract,
+            exposure: Default::default(),
+            reference: plan.reference_price,
+        };
+        let failed: Vec<RiskCheck> = policy::recheck_order_without_position(&inputs)
+            .into_iter()
+            .filter(RiskCheck::failed)
+            .collect();
+        if !failed.is_empty() {
+            return Ok(AtExecute::Refuse(policy_violation(&failed)));
+        }
+        Ok(AtExecute::Go(Some(Reservation {
+            side: order.side,
+            bound: policy::reservation_bound(&inputs),
+            delta: ExposureDelta::reserve(
+                &plan.account_id,
+                &order.symbol,
+                order.side,
+                order.quantity.get() as i64,
+            ),
+        })))
+    }
+
+    async fn position_violation(
+        &self,
+        ex: &Executor,
+        plan: &PlanRecord,
+        control: &Control,
+    ) -> Result<Option<ApiError>, ApiError> {
+        let (order, contract) = plan_order(plan)?;
+        let exposure =
+            order_inputs_exposure(ex.positions.as_ref(), &plan.account_id, contract).await?;
+        let inputs = OrderInputs {
+            policy: policy::in_force(&ex.policy, control),
+            calendar: ExchangeCalendar::cme(),
+            now: ex.clock.now(),
+            account_id: &plan.account_id,
+            order: &order,
+            contract,
+            exposure,
+            reference: plan.reference_price,
+        };
+        let failed: Vec<RiskCheck> = policy::recheck_order_at_execute(&inputs)
+            .into_iter()
+            .filter(RiskCheck::failed)
+            .collect();
+        Ok((!failed.is_empty()).then(|| policy_violation(&failed)))
+    }
+
+    async fn claim(
+        &self,
+        w: &Worker,
+        msg: &QueueMessage,
+        now: Millis,
+    ) -> Result<Option<Stored<Order>>, ApiError> {
+        worker::claim_order(w, msg, now).await.map(Some)
+    }
+
+    async fn work(
+        &self,
+        w: &Worker,
+        msg: &QueueMessage,
+        claimed: Option<Stored<Order>>,
+    ) -> Result<(Outcome, bool), ApiError> {
+        worker::submit(w, msg, claimed).await
+    }
+
+    async fn give_up(
+        &self,
+        w: &Worker,
+        action: &ActionRecord,
+        cause: &str,
+    ) -> Result<(ActionStatus, Option<String>), ApiError> {
+        worker::give_up_order(w, action, cause).await
+    }
+}
+
+/// The longest `symbol` accepted, in characters. A symbol that is merely unknown is a failed
+/// `symbol_valid` check, not a malformed request; one this long is neither.
+const MAX_SYMBOL_CHARS: usize = 32;
+
+/// The plan's order, as confirmed.
+pub(crate) fn plan_order(
+    plan: &PlanRecord,
+) -> Result<(OrderSubmitCl, Option<ClContract>), ApiError> {
+    let normalized = plan
+        .normalized_payload
+        .order()
+        .ok_or_else(|| ApiError::internal(format!("plan {} holds no order", plan.plan_id)))?;
+    let order = normalized.as_request().map_err(ApiError::internal)?;
+    Ok((order, ClContract::parse(&normalized.terms.symbol).ok()))
+}
+
+/// A refusal at execute naming every check that failed.
+pub(crate) fn policy_violation(failed: &[RiskCheck]) -> ApiError {
+    crate::core::usecases::execute::policy_violation(failed)
+}
+
+/// Barrels per CL contract.
+pub const CL_CONTRACT_BARRELS: i64 = 1_000;
+
+/// The notional of `quantity` contracts at `price`: absolute USD.
+pub fn notional(quantity: u32, price: Price) -> rust_decimal::Decimal {
+    // Saturates at the decimal range: above any four-eyes threshold, never a panic.
+    (price.value().saturating_mul(rust_decimal::Decimal::from(
+        quantity as i64 * CL_CONTRACT_BARRELS,
+    )))
+    .abs()
+}
+
+pub(super) fn tif_words(t: TimeInForce) -> &'static str {
+    match t {
+        TimeInForce::Day => "day order",
+        TimeInForce::Gtc => "good till cancelled",
+        TimeInForce::Ioc => "immediate or cancel",
+        TimeInForce::Fok => "fill or kill",
+    }
+}
+
+/// "Buy 2 CLF27 at market on ACC-1, day order."
+pub fn order_preview(o: &NormalizedOrder) -> String {
+    let verb = match o.terms.side {
+        Side::Buy => "Buy",
+        Side::Sell => "Sell",
+    };
+    let how = match (o.terms.order_type, o.terms.limit_price, o.terms.stop_price) {
+        (OrderType::Market, _, _) => "at market".to_string(),
+        (OrderType::Limit, Some(l), _) => format!("limit {l}"),
+        (OrderType::Stop, _, Some(s)) => format!("stop {s}"),
+        (OrderType::StopLimit, Some(l), Some(s)) => format!("stop {s} limit {l}"),
+        (t, _, _) => format!("as a {t} order (price missing)"),
+    };
+    format!(
+        "{verb} {} {} {how} on {}, {}.",
+        o.terms.quantity,
+        o.terms.symbol,
+        o.terms.account_id,
+        tif_words(o.terms.time_in_force)
+    )
+}
+
+/// Shared by plan and execute: the account's exposure in the contract (its position and
+/// open orders), an input of the `order.submit.cl` checks.
+pub async fn order_inputs_exposure(
+    positions: &dyn PositionStore,
+    account_id: &str,
+    contract: Option<ClContract>,
+) -> Result<crate::core::domain::Exposure, ApiError> {
+    Ok(match contract {
+        Some(c) => positions.get_exposure(account_id, &c.symbol()).await?,
+        None => crate::core::domain::Exposure::default(),
+    })
+}
+
+/// The reference price of the contract (the paper broker's price table), for the band.
+pub(super) async fn reference_price(
+    state: &Planner,
+    contract: Option<ClContract>,
+) -> Result<Option<Price>, ApiError> {
+    Ok(match contract {
+        Some(c) => state.prices.reference_price(&c.symbol()).await?,
+        None => None,
+    })
+}
+
+/// `concentration` (what-if; `warn` at worst, never `fail`): the risk flags the order would
+/// create, deepen or clear on its account's book, were it filled in full, with every
+/// position at its reference price (`GET /portfolio/risk-flags`' flags and thresholds).
+/// Other working orders are not assumed filled.
+pub(super) async fn concentration_check(
+    state: &Planner,
+    account: &Account,
+    o: &OrderSubmitCl,
+    contract: ClContract,
+    pol: &Policy,
+) -> Result<RiskCheck, ApiError> {
+    const NAME: &str = "concentration";
+    let symbol = contract.symbol();
+    let (book, reference) = crate::core::usecases::portfolio::account_book(
+        state.positions.as_ref(),
+        state.prices.as_ref(),
+        account,
+        &symbol,
+    )
+    .await?;
+    let Some(reference) = reference else {
+        return Ok(RiskCheck::warn(
+            NAME,
+            format!("no reference price for {symbol}: what the order does to the book's concentration cannot be computed"),
+        ));
+    };
+    let quantity = i64::from(o.quantity.get());
+    let delta = match o.side {
+        Side::Buy => quantity,
+        Side::Sell => -quantity,
+    };
+    let position = crate::core::domain::portfolio::Holding {
+        account_id: account.account_id.clone(),
+        desk: account.desk.clone(),
+        symbol: symbol.clone(),
+        quantity: 0,
+        avg_price: None,
+    };
+    let w = crate::core::domain::portfolio::what_if(
+        &book,
+        &position,
+        delta,
+        Some(reference),
+        crate::core::usecases::portfolio::trade_date(state.clock.now_ms()),
+        ExchangeCalendar::cme(),
+        &pol.portfolio_thresholds(),
+    );
+    let share = match w.month_percent_after {
+        Some(p) => format!(
+            "after the order {} would hold {p}% of the account's gross notional",
+            contract.contract_month()
+        ),
+        None => format!(
+            "after the order the account would hold no {} notional",
+            contract.contract_month()
+        ),
+    };
+    let list = |flags: &[crate::core::domain::portfolio::Flag]| {
+        flags
+            .iter()
+            .map(|f| format!("{} ({})", f.kind, f.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let mut parts = vec![share];
+    if !w.created.is_empty() {
+        parts.push(format!("creates {}", list(&w.created)));
+    }
+    if !w.deepened.is_empty() {
+        parts.push(format!("deepens {}", list(&w.deepened)));
+    }
+    if !w.cleared.is_empty() {
+        parts.push(format!("clears {}", list(&w.cleared)));
+    }
+    let reason = parts.join("; ");
+    Ok(if w.created.is_empty() && w.deepened.is_empty() {
+        RiskCheck::pass(
+            NAME,
+            format!("{reason}; no risk flag created or made worse"),
+        )
+    } else {
+        RiskCheck::warn(NAME, reason)
+    })
+}
+
+async fn evaluate_order(
+    state: &Planner,
+    caller: &Caller,
+    o: OrderSubmitCl,
+    control: &Control,
+) -> Result<Evaluated, ApiError> {
+    let account = visible_account(state.accounts.as_ref(), caller, o.account_id.as_str()).await?;
+    let cal = ExchangeCalendar::cme();
+    let contract = ClContract::parse(&o.symbol).ok();
+    let exposure =
+        order_inputs_exposure(state.positions.as_ref(), &account.account_id, contract).await?;
+    let pol = policy::in_force(&state.policy, control);
+    let wants_notional = pol.four_eyes_above_notional.is_some()
+        && pol.confirmation(ActionType::OrderSubmitCl) == policy::ConfirmationMode::Operator;
+    let price_now = match (o.order_type, wants_notional) {
+        (OrderType::Market, false) => None,
+        _ => reference_price(state, contract).await?,
+    };
+    let reference = match o.order_type {
+        OrderType::Market => None,
+        _ => price_now,
+    };
+    let inputs = OrderInputs {
+        policy: policy::in_force(&state.policy, control),
+        calendar: cal,
+        now: state.clock.now(),
+        account_id: &account.account_id,
+        order: &o,
+        contract,
+        exposure,
+        reference,
+    };
+    let mut checks = policy::check_order_submit(&inputs, &account, control);
+    if let Some(c) = contract {
+        checks.push(concentration_check(state, &account, &o, c, inputs.policy).await?);
+    }
+    let normalized = NormalizedOrder {
+        terms: OrderTerms {
+            account_id: account.account_id.clone(),
+            symbol: contract
+                .map(|c| c.symbol())
+                .unwrap_or_else(|| o.symbol.trim().to_ascii_uppercase()),
+            side: o.side,
+            quantity: o.quantity.get(),
+            order_type: o.order_type,
+            limit_price: o.limit_price,
+            stop_price: o.stop_price,
+            time_in_force: o.time_in_force,
+        },
+        contract_month: contract.map(|c| c.contract_month()),
+        last_trade_date: contract.map(|c| c.last_trade_date(cal).to_string()),
+    };
+    Ok(Evaluated {
+        preview: order_preview(&normalized),
+        normalized: NormalizedPayload::OrderSubmitCl(normalized),
+        account,
+        checks,
+        reference,
+        notional: price_now.map(|p| notional(o.quantity.get(), p)),
+    })
+}
