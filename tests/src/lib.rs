@@ -96,10 +96,11 @@ pub struct Stack {
 }
 
 /// The policy a stack's processes start with (`policy.json` in the state dir): the
-/// defaults, except that `order.submit.cl` is confirmed with the plan's token, as the suites
-/// written for the token path expect. The approval suites use [`Stack::operator_mode`],
+/// defaults, except that new orders and changes of orders are confirmed with the plan's
+/// token, as the suites written for the token path expect. The approval suites use [`Stack::operator_mode`],
 /// which keeps the real default (a person approves new orders on the approval page).
-pub const TOKEN_MODE_POLICY: &str = r#"{"confirmation": {"order.submit.cl": "token"}}"#;
+pub const TOKEN_MODE_POLICY: &str =
+    r#"{"confirmation": {"order.submit.cl": "token", "order.replace.cl": "token"}}"#;
 
 impl Stack {
     pub fn new(backend: Backend) -> Stack {

@@ -1296,6 +1296,36 @@ async fn execute(ctx: &Ctx, report: &mut Report, found: &Found) {
             }
         });
         if settled {
+            scenario!(
+                report,
+                "plan order.replace.cl of the check's order",
+                async {
+                    // Plans a change of the resting order's time in force (nothing executes):
+                    // the preview and the payload say before and after.
+                    let p = ctx
+                    .plan(
+                        "order.replace.cl",
+                        json!({"account_id": account, "order_id": order_id, "time_in_force": "gtc"}),
+                        "replace-order",
+                    )
+                    .await?;
+                    p.expect(200)?;
+                    let n = &p.body["normalized_payload"];
+                    let preview = p.body["preview"].as_str().unwrap_or_default();
+                    if n["replaces"]["order_id"] != order_id.as_str()
+                        || n["time_in_force"] != "gtc"
+                        || !preview.starts_with("Change order")
+                    {
+                        return Err(format!("unexpected plan: {}", p.body));
+                    }
+                    let (failed, _) = failed_checks(&p.body);
+                    Ok(format!(
+                        "{preview} executable: {} {}",
+                        p.body["executable"],
+                        failed.join("; ")
+                    ))
+                }
+            );
             scenario!(report, "cancel the check's order", async {
                 let p = ctx
                     .plan(

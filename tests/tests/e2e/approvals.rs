@@ -725,3 +725,78 @@ fn closed_because(e: &Resp, why: &str) {
     let message = e.body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains(why), "{:?}", e.body);
 }
+
+both!(a_change_of_an_order_is_approved_seeing_before_and_after);
+async fn a_change_of_an_order_is_approved_seeing_before_and_after(b: Backend) {
+    // New orders on the token path; a change of one on the approval page (the default).
+    let s = start(b, Some(r#"{"confirmation": {"order.submit.cl": "token"}}"#));
+    let t = s.trader();
+    let order = json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 2,
+                       "order_type": "limit", "limit_price": "66.00", "time_in_force": "gtc"});
+    let p = t
+        .post("/actions/plan", &json!({"action_type": "order.submit.cl", "payload": order, "requested_by": "op-energy-trader"}))
+        .await;
+    let e = t.execute(&p, "chg-new").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    assert_eq!(
+        t.settled(e["action_id"].as_str().unwrap()).await["status"],
+        "succeeded"
+    );
+    let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
+
+    let change =
+        json!({"account_id": "ACC-1", "order_id": order_id, "quantity": 3, "limit_price": "65.95"});
+    let p = t
+        .post("/actions/plan", &json!({"action_type": "order.replace.cl", "payload": change, "requested_by": "op-energy-trader"}))
+        .await;
+    assert_eq!(p["executable"], true, "{:?}", p.body);
+    assert_eq!(
+        p["confirmation_token"],
+        Value::Null,
+        "a change that adds risk is approved by a person"
+    );
+    let pid = id(&p);
+    let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
+    let html = c.get(&format!("/approvals/plans/{pid}")).await.body["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        html.contains(&format!(
+            "Change order {order_id} on ACC-1: buy 2 -&gt; 3 CLF27, limit 66.00 -&gt; 65.95"
+        )),
+        "{html}"
+    );
+    for (field, before, after) in [
+        ("quantity", "2", "3"),
+        ("limit_price", "66.00", "65.95"),
+        ("version", "1", "2"),
+    ] {
+        assert!(
+            html.contains(&format!("<tr><th>{field}</th><td><span class=\"before\">{before}</span> &rarr; <strong class=\"after\">{after}</strong></td></tr>")),
+            "{field}: {html}"
+        );
+    }
+    assert!(
+        html.contains("<tr><th>time_in_force</th><td>gtc</td></tr>"),
+        "unchanged fields show once: {html}"
+    );
+    let a = c.decide(&pid, "approved", &mut key).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let e = execute(&t, &pid, "chg-approved").await;
+    assert_eq!(e.status, 202, "{:?}", e.body);
+    assert_eq!(
+        t.settled(e["action_id"].as_str().unwrap()).await["status"],
+        "succeeded"
+    );
+    let o = t.order(&order_id).await;
+    assert_eq!(
+        (
+            o["quantity"].as_u64(),
+            o["limit_price"].as_str(),
+            o["version"].as_u64()
+        ),
+        (Some(3), Some("65.95"), Some(2)),
+        "{o}"
+    );
+}

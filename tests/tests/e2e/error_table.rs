@@ -490,6 +490,16 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         &r,
         Code::AccountNotFound,
     );
+    let change = serde_json::json!({"action_type": "order.replace.cl",
+        "payload": {"account_id": "ACC-1", "order_id": "ord-none", "quantity": 2},
+        "requested_by": "op-energy-trader"});
+    let r = t.post("/actions/plan", &change).await;
+    seen.api(
+        "planAction",
+        "a change of an unknown order",
+        &r,
+        Code::OrderNotFound,
+    );
 
     // ---- Routes the document does not have.
     let (r, h) = send(&t, t.http.get(format!("{}/no-such-thing", t.base))).await;

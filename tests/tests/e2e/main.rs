@@ -29,6 +29,7 @@ mod permissions;
 mod portfolio;
 mod ports;
 mod reads;
+mod replace;
 mod risk_controls;
 mod traces;
 mod worker_gates;

@@ -16,7 +16,7 @@ use airlock_tests::passkey::{enroll, ApprovalClient, Passkey};
 use airlock_tests::{both, Backend, Server, Stack, BASE, MARKET_OPEN};
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 12] = [
+const TOOLS: [&str; 13] = [
     "list_accounts",
     "list_positions",
     "list_orders",
@@ -25,6 +25,7 @@ const TOOLS: [&str; 12] = [
     "portfolio_analysis",
     "allocation_breakdown",
     "risk_flags",
+    "plan_replace_order",
     "plan_cl_order",
     "plan_cancel_order",
     "plan_positions_sync",
@@ -188,7 +189,12 @@ async fn every_tool_through_the_2026_client(b: Backend) {
             assert_eq!(a["idempotentHint"], true);
         }
     }
-    let order_schema = &r["tools"][8]["inputSchema"];
+    let order_schema = &r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "plan_cl_order")
+        .unwrap()["inputSchema"];
     assert_eq!(order_schema["additionalProperties"], false);
     assert!(order_schema["required"]
         .as_array()

@@ -59,7 +59,8 @@ fn write_policy(s: &Server, policy: Value) -> String {
 fn write_policy_in(state_dir: &std::path::Path, mut policy: Value) -> String {
     // These suites confirm orders with the plan's token (the approval suites cover the
     // operator's page).
-    policy["confirmation"] = serde_json::json!({ "order.submit.cl": "token" });
+    policy["confirmation"] =
+        serde_json::json!({ "order.submit.cl": "token", "order.replace.cl": "token" });
     let file = state_dir.join(format!(
         "policy-{}.json",
         std::time::SystemTime::now()
