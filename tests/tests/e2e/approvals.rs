@@ -729,7 +729,17 @@ fn closed_because(e: &Resp, why: &str) {
 both!(a_change_of_an_order_is_approved_seeing_before_and_after);
 async fn a_change_of_an_order_is_approved_seeing_before_and_after(b: Backend) {
     // New orders on the token path; a change of one on the approval page (the default).
-    let s = start(b, Some(r#"{"confirmation": {"order.submit.cl": "token"}}"#));
+    let stack = Stack::new(b).operator_mode();
+    std::fs::write(
+        stack.state_dir.join("policy.json"),
+        r#"{"confirmation": {"order.submit.cl": "token"}}"#,
+    )
+    .expect("policy.json");
+    let s = stack.start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+    ]);
     let t = s.trader();
     let order = json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 2,
                        "order_type": "limit", "limit_price": "66.00", "time_in_force": "gtc"});
