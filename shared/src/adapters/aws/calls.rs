@@ -1,7 +1,7 @@
 //! The IAM permissions each AWS call needs, derived from the operation's typed input (the
 //! tables, indexes, queues and keys it names), and a test-only log of them.
 //!
-//! The permission proof (`tests/tests/permissions.rs`) runs the real function binaries
+//! The permission proof (`tests/tests/e2e/permissions.rs`) runs the real function binaries
 //! against the emulator with [`CALL_LOG_ENV`] set, then checks every logged permission
 //! against the function's role in `infra/template.yaml`, and every grant of the role
 //! against the log. The emulator enforces no IAM, so this is how a deploy that cannot work

@@ -2745,7 +2745,7 @@ mod tests {
         assert!(!environment_problems(&t).is_empty());
     }
 
-    /// The IAM side as the permission proof (`tests/tests/permissions.rs`) reads it: every
+    /// The IAM side as the permission proof (`tests/tests/e2e/permissions.rs`) reads it: every
     /// function runs as a role of its own that writes its own log group, and only the roles
     /// of the functions that plan (the plan endpoint, and the MCP endpoint's plan tools) may
     /// sign. The proof reads the statements in force in its deployment (the parameters'
@@ -2879,7 +2879,7 @@ mod tests {
     /// With `ConfirmationPublicKey` set, the execute function gets it and makes
     /// no KMS call, so its role may not read the key; empty (the default), it reads it
     /// once per cold start, and may. Whether the code does either is the permission proof's
-    /// and `tests/tests/permissions.rs`'s cold-start test's business.
+    /// and `tests/tests/e2e/permissions.rs`'s cold-start test's business.
     #[test]
     fn the_execute_role_reads_the_public_key_only_when_it_is_not_configured() {
         let t = tpl();
