@@ -38,9 +38,15 @@ use crate::core::usecases::worker::{self, Outcome, Worker};
 pub struct ReplaceCl;
 
 /// `order.replace.cl` payload, as sent: the order, and at least one new value. What is not
-/// given stays as it is.
+/// given (or `null`) stays as it is.
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("anyOf" = [
+    {"required": ["quantity"], "properties": {"quantity": {"not": {"type": "null"}}}},
+    {"required": ["limit_price"], "properties": {"limit_price": {"not": {"type": "null"}}}},
+    {"required": ["stop_price"], "properties": {"stop_price": {"not": {"type": "null"}}}},
+    {"required": ["time_in_force"], "properties": {"time_in_force": {"not": {"type": "null"}}}}
+]))]
 pub struct OrderReplaceCl {
     pub account_id: Ident,
     /// The order to change (`ord_...`): `submitted`, `working` or `partially_filled`.
