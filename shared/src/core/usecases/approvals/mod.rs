@@ -259,9 +259,13 @@ impl DecoyCredentials {
     }
 
     fn block(&self, sub: &str, n: u32) -> [u8; 32] {
+        use hmac::digest::KeyInit;
         use hmac::Mac;
-        let mut m =
-            <hmac::Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key");
+        // HMAC pads a key shorter than its block with zeros: the 32-byte key, padded to
+        // SHA-256's 64-byte block, is the same key, and this constructor cannot fail.
+        let mut block_key = [0u8; 64];
+        block_key[..32].copy_from_slice(&self.key);
+        let mut m = <hmac::Hmac<Sha256> as KeyInit>::new(&block_key.into());
         m.update(&n.to_be_bytes());
         m.update(sub.as_bytes());
         m.finalize().into_bytes().into()
@@ -454,5 +458,21 @@ pub fn still_needed(plan: &PlanRecord) -> String {
             "{}, who asked for it, and a second operator with approve on desk {}",
             plan.requested_by, plan.desk
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmac::Mac;
+
+    #[test]
+    fn the_padded_block_key_gives_the_same_decoys() {
+        let d = DecoyCredentials::new([7u8; 32]);
+        let mut m = <hmac::Hmac<Sha256> as Mac>::new_from_slice(&[7u8; 32]).unwrap();
+        m.update(&3u32.to_be_bytes());
+        m.update(b"op-x");
+        let want: [u8; 32] = m.finalize().into_bytes().into();
+        assert_eq!(d.block("op-x", 3), want);
     }
 }
