@@ -1,14 +1,10 @@
 //! Lambda entry point of the `jobs` endpoint. State is built once per cold start; the
 //! handler is `airlock::doors::http::routes::jobs`, the same code `airlock serve` mounts.
 
-use airlock::doors::http;
+use airlock::doors::http::{self, routes};
 
 // One invocation at a time: one thread, no work stealing (docs/DECISIONS.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    http::run_lambda(
-        env!("CARGO_BIN_NAME"),
-        airlock::doors::http::routes::jobs::routes(),
-    )
-    .await
+    http::run_lambda(env!("CARGO_BIN_NAME"), routes::jobs::routes()).await
 }
