@@ -28,7 +28,7 @@ trap cleanup EXIT
     scripts/emulator.sh
     echo "== a real browser for the approval page (Debian's chromium and chromium-driver)"
     scripts/browser.sh
-    echo "== the MCP clients the tests drive (@mastra/mcp, the TypeScript SDK; npm ci into tests/mcp)"
+    echo "== the Node packages the tests use (MCP clients into tests/mcp, axe-core into tests/a11y; npm ci)"
     scripts/node-deps.sh
     echo "== Schemathesis and the OpenAPI validator (into .venv/st); docs/openapi.json is valid OpenAPI 3.1"
     scripts/schemathesis.sh
