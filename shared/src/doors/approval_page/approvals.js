@@ -106,8 +106,15 @@ function say(text, kind) {
   }
 }
 
+// Set once the plan can no longer be decided here: its buttons stay disabled.
+let decisionClosed = false;
+
 function busy(on) {
-  document.querySelectorAll("button").forEach((b) => (b.disabled = on));
+  document.querySelectorAll("button").forEach((b) => {
+    b.disabled = on || (decisionClosed && (b.id === "approve" || b.id === "decline"));
+  });
+  const main = document.getElementById("plan");
+  if (main && !on) delete main.dataset.busy;
 }
 
 async function run(what) {
@@ -147,6 +154,7 @@ async function signIn() {
 
 async function decide(decision) {
   const main = document.getElementById("plan");
+  main.dataset.busy = "1";
   const base = "/approvals/plans/" + encodeURIComponent(main.dataset.planId);
   say("Confirm with your passkey...");
   const c = await post(base + "/start", { decision: decision });
@@ -161,20 +169,123 @@ async function signOut() {
   location.assign("/approvals/login");
 }
 
-function countdown() {
+// Seconds left on every countdown of the page (`data-left-ms`, measured when it was drawn).
+function arm(el) {
+  el._end = Date.now() + Number(el.dataset.leftMs || 0);
+}
+
+function secondsLeft(el) {
+  return Math.max(0, Math.round((el._end - Date.now()) / 1000));
+}
+
+// A plan that can no longer be decided from this page: its buttons stay, disabled, and the
+// page says why (and what the plan is now).
+function closeDecision(why, state) {
+  decisionClosed = true;
+  document.querySelectorAll("#approve, #decline").forEach((b) => (b.disabled = true));
+  const w = document.getElementById("why-not");
+  if (w && w.textContent !== why) w.textContent = why;
+  const s = document.getElementById("state");
+  if (s && state) s.textContent = state;
+  const main = document.getElementById("plan");
+  if (main && state) main.dataset.state = state;
+}
+
+function planCountdown() {
   const el = document.getElementById("time-left");
   if (!el) return;
-  const end = Date.now() + Number(el.dataset.leftMs || 0);
+  arm(el);
   const tick = () => {
-    const left = Math.max(0, Math.round((end - Date.now()) / 1000));
+    const left = secondsLeft(el);
     el.textContent = left + " s";
     if (left === 0) {
-      document.querySelectorAll("#approve, #decline").forEach((b) => (b.disabled = true));
+      if (document.getElementById("plan").dataset.state === "pending") {
+        closeDecision("This plan expired; ask the agent for a new plan.", "expired");
+      }
       return;
     }
     setTimeout(tick, 1000);
   };
   tick();
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+  const j = await r.json().catch(() => ({}));
+  if (!r.ok) {
+    const err = new Error((j.error && j.error.message) || "HTTP " + r.status);
+    err.status = r.status;
+    throw err;
+  }
+  return j;
+}
+
+// Polls `url` every `ms` while `go(answer)` returns true; a session that ended stops it.
+function poll(url, ms, go) {
+  const once = async () => {
+    if (document.hidden) return setTimeout(once, ms);
+    try {
+      if (!go(await getJSON(url))) return;
+    } catch (e) {
+      if (e.status === 401 || e.status === 404) {
+        say(e.message, "error");
+        return;
+      }
+    }
+    setTimeout(once, ms);
+  };
+  setTimeout(once, ms);
+}
+
+// The plan page: the decision closes itself when the plan is decided elsewhere.
+function watchPlan() {
+  const main = document.getElementById("plan");
+  if (!main || main.dataset.state !== "pending") return;
+  const url = "/approvals/plans/" + encodeURIComponent(main.dataset.planId) + "/state.json";
+  poll(url, 2000, (j) => {
+    if (main.dataset.busy) return true;
+    const a = document.getElementById("approve");
+    const d = document.getElementById("decline");
+    if ((a && !j.approve) || (d && !j.decline) || j.state !== "pending") {
+      closeDecision(j.why_not || "This plan is no longer waiting for a decision.", j.state);
+    }
+    return j.state === "pending";
+  });
+}
+
+// The pending list: it updates itself (a new plan appears, a decided or expired one
+// leaves) without moving the reader's focus unless the list changed.
+function watchPending() {
+  const main = document.getElementById("pending-page");
+  const list = document.getElementById("pending");
+  if (!main || !list) return;
+  const tick = () => {
+    list.querySelectorAll(".left").forEach((el) => {
+      if (el._end === undefined) arm(el);
+      el.textContent = secondsLeft(el) + " s";
+    });
+  };
+  tick();
+  setInterval(tick, 1000);
+  if (main.dataset.live !== "true") return;
+  poll("/approvals/pending.json", 1000, (j) => {
+    if (j.key !== list.dataset.key) {
+      list.innerHTML = j.html;
+      list.dataset.key = j.key;
+      const c = document.getElementById("pending-count");
+      if (c) c.textContent = j.text;
+    }
+    const left = new Map(j.plans.map((p) => [p.plan_id, p.left_ms]));
+    list.querySelectorAll("li[data-plan-id]").forEach((li) => {
+      const el = li.querySelector(".left");
+      if (el && left.has(li.dataset.planId)) {
+        el.dataset.leftMs = left.get(li.dataset.planId);
+        arm(el);
+      }
+    });
+    tick();
+    return true;
+  });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -189,5 +300,7 @@ document.addEventListener("DOMContentLoaded", () => {
   on("sign-out", signOut);
   const op = document.getElementById("operator");
   if (op) op.addEventListener("keydown", (e) => e.key === "Enter" && run(signIn));
-  countdown();
+  planCountdown();
+  watchPlan();
+  watchPending();
 });

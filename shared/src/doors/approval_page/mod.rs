@@ -20,6 +20,7 @@ use crate::app::AppState;
 use crate::core::auth::Permission;
 use crate::core::error::{ApiError, Code};
 use crate::core::records::ApprovalDecision;
+use crate::core::usecases::approvals::summary;
 use crate::core::usecases::approvals::EnrolmentLink;
 use crate::core::usecases::approvals::{SignedIn, DEFAULT_ENROLMENT_TTL_S, SESSION_COOKIE};
 use crate::doors::http::api;
@@ -55,6 +56,7 @@ fn pages_router() -> Router<AppState> {
     Router::new()
         .route("/approvals", get(pending_page))
         .route("/approvals/", get(pending_page))
+        .route("/approvals/pending.json", get(pending_json))
         .route("/approvals/assets/approvals.js", get(script))
         .route("/approvals/login", get(login_page))
         .route("/approvals/login/start", post(login_start))
@@ -64,6 +66,10 @@ fn pages_router() -> Router<AppState> {
         .route("/approvals/enroll/{secret}/start", post(enrol_start))
         .route("/approvals/enroll/{secret}/finish", post(enrol_finish))
         .route("/approvals/plans/{plan_id}", get(plan_page))
+        .route(
+            "/approvals/plans/{plan_id}/state.json",
+            get(plan_state_json),
+        )
         .route("/approvals/plans/{plan_id}/start", post(decision_start))
         .route("/approvals/plans/{plan_id}/finish", post(decision_finish))
 }
@@ -209,9 +215,73 @@ async fn pending_page(
         .pending(&who, before.as_ref(), PENDING_PAGE)
         .await
     {
-        Ok(page) => pages::pending(&who, &page, st.clock.now_ms()),
+        Ok(page) => pages::pending(&who, &page, st.clock.now_ms(), before.is_none()),
         Err(e) => pages::error_page(&e),
     }
+}
+
+/// A JSON read of the page's own, for its script: signed in, or 401 `sign_in_required`.
+async fn session_read(st: &AppState, headers: &HeaderMap) -> Result<SignedIn, ApiError> {
+    signed_in(st, headers).await?.ok_or_else(|| {
+        ApiError::new(
+            Code::SignInRequired,
+            "Sign in with your passkey first (your session may have expired); reload the page.",
+        )
+    })
+}
+
+fn no_store(body: serde_json::Value) -> Response {
+    let mut resp = Json(body).into_response();
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// `GET /approvals/pending.json`: the first page of the pending list, which the list's
+/// script polls to update itself: each plan's summary and the list's items as HTML.
+async fn pending_json(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = session_read(&st, &headers).await?;
+    let page = st.approvals.pending(&who, None, PENDING_PAGE).await?;
+    let now = st.clock.now_ms();
+    let items: Vec<summary::PendingItem> = page
+        .plans
+        .iter()
+        .map(|p| summary::pending_item(p, now))
+        .collect();
+    Ok(no_store(serde_json::json!({
+        "count": items.len(),
+        "key": pages::pending_key(&items),
+        "text": pages::pending_count(items.len(), true),
+        "html": pages::pending_items(&who, &items),
+        "more": page.next.is_some(),
+        "plans": items,
+    })))
+}
+
+/// `GET /approvals/plans/{plan_id}/state.json`: where a plan stands and whether this
+/// operator may still decide it, which the plan page's script polls so that its buttons
+/// are disabled, with the reason, once the plan is decided elsewhere.
+async fn plan_state_json(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    PathId(id): PathId,
+) -> Result<Response, ApiError> {
+    let who = session_read(&st, &headers).await?;
+    let p = st.approvals.plan_page(&who, &id).await?;
+    let now = st.clock.now_ms();
+    let state = pages::state(&p.plan, now);
+    Ok(no_store(serde_json::json!({
+        "plan_id": p.plan.plan_id,
+        "state": state,
+        "approve": p.approve.is_ok(),
+        "decline": p.decline.is_ok(),
+        "why_not": p.approve.as_ref().err().or(p.decline.as_ref().err()),
+        "left_ms": (p.plan.expires_at - now).max(0),
+        "four_eyes": summary::four_eyes(&p.plan),
+    })))
 }
 
 async fn plan_page(State(st): State<AppState>, headers: HeaderMap, PathId(id): PathId) -> Response {

@@ -44,6 +44,7 @@ use crate::core::records::{
 mod ceremonies;
 mod decisions;
 mod operators;
+pub mod summary;
 
 /// How long a WebAuthn ceremony (its challenge) may take.
 pub const CHALLENGE_TTL_MS: Millis = 5 * 60 * 1000;
