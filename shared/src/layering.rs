@@ -6,8 +6,9 @@
 //! (`config`, `metrics`, `telemetry`, `failpoint`) reach only `core`.
 //!
 //! Paths are read, not resolved by the compiler: a `use` tree (`crate::{a::b, c}`) or a
-//! path in code names the longest module prefix that is a file. Comments and
-//! `#[cfg(test)] mod tests` are left out (a test may reach anywhere).
+//! path in code names the longest module prefix that is a file. Comments,
+//! `#[cfg(test)] mod tests { .. }` and the files of unit-test modules declared out of line
+//! (`#[cfg(test)]` then `mod tests;`) are left out (a test may reach anywhere).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,38 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(p);
         }
     }
+}
+
+/// The files of unit-test modules declared out of line (`#[cfg(test)]`, then `mod x;` on
+/// the next line), and every file under such a module: test code.
+fn test_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).expect("a source file");
+        // The folder of the modules this file declares.
+        let dir = match f.file_stem().and_then(|s| s.to_str()) {
+            Some("mod" | "lib" | "main") => f.parent().expect("a folder").to_path_buf(),
+            _ => f.with_extension(""),
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        for pair in lines.windows(2) {
+            if pair[0].trim() != "#[cfg(test)]" {
+                continue;
+            }
+            let decl = pair[1].trim();
+            let decl = ["pub(crate) ", "pub(super) ", "pub "]
+                .iter()
+                .find_map(|p| decl.strip_prefix(p))
+                .unwrap_or(decl);
+            let Some(name) = decl.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) else {
+                continue;
+            };
+            let folder = dir.join(name);
+            out.insert(dir.join(format!("{name}.rs")));
+            out.extend(files.iter().filter(|g| g.starts_with(&folder)).cloned());
+        }
+    }
+    out
 }
 
 /// `core/usecases/mod.rs` -> `[core, usecases]`; `lib.rs` -> `[]`.
@@ -226,6 +259,8 @@ fn broken_rule(from: &str, to: &str) -> Option<&'static str> {
 fn graph(root: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
     let mut files = Vec::new();
     sources(root, &mut files);
+    let tests = test_files(&files);
+    files.retain(|f| !tests.contains(f));
     let modules: BTreeMap<Module, PathBuf> = files
         .iter()
         .map(|f| (module_of(root, f), f.clone()))
