@@ -5,17 +5,15 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{parses_as, Action, PlanTool};
-use crate::core::auth::Caller;
+use super::{Action, Claimed, PayloadType, PlanContext, PlanTool, Worked};
 use crate::core::domain::payload::{NormalizedCancel, NormalizedPayload};
 use crate::core::domain::{ActionType, OrderCancel};
 use crate::core::error::ApiError;
-use crate::core::parse::from_value;
 use crate::core::policy::{self, CancelInputs};
-use crate::core::records::{Control, QueueMessage};
-use crate::core::usecases::plan::{Evaluated, Planner};
+use crate::core::records::QueueMessage;
+use crate::core::usecases::plan::Evaluated;
 use crate::core::usecases::reads::visible_account;
-use crate::core::usecases::worker::{self, Outcome, Worker};
+use crate::core::usecases::worker::{self, Worker};
 
 pub struct Cancel;
 
@@ -33,45 +31,25 @@ impl Action for Cancel {
         }
     }
 
-    fn payload_schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        g.subschema_for::<OrderCancel>()
+    fn payload_type(&self) -> PayloadType {
+        PayloadType::of::<OrderCancel>()
     }
 
-    fn root_schema(&self) -> schemars::Schema {
-        schemars::schema_for!(OrderCancel)
+    async fn evaluate(&self, cx: &PlanContext<'_>, payload: Value) -> Result<Evaluated, ApiError> {
+        evaluate_cancel(cx, self.parsed(payload)?).await
     }
 
-    fn check_payload(&self, payload: &Value, at: &str) -> Result<(), ApiError> {
-        parses_as::<OrderCancel>(payload, at)
-    }
-
-    async fn evaluate(
-        &self,
-        planner: &Planner,
-        caller: &Caller,
-        payload: Value,
-        control: &Control,
-    ) -> Result<Evaluated, ApiError> {
-        let c: OrderCancel = from_value(payload, "/payload")?;
-        evaluate_cancel(planner, caller, c, control).await
-    }
-
-    async fn work(
-        &self,
-        w: &Worker,
-        msg: &QueueMessage,
-        _claimed: Option<crate::core::ports::Stored<crate::core::domain::Order>>,
-    ) -> Result<(Outcome, bool), ApiError> {
+    async fn work(&self, w: &Worker, msg: &QueueMessage, _claimed: Claimed) -> Worked {
         Ok((worker::cancel(w, msg).await?, false))
     }
 }
 
-async fn evaluate_cancel(
-    state: &Planner,
-    caller: &Caller,
-    c: OrderCancel,
-    control: &Control,
-) -> Result<Evaluated, ApiError> {
+async fn evaluate_cancel(cx: &PlanContext<'_>, c: OrderCancel) -> Result<Evaluated, ApiError> {
+    let PlanContext {
+        planner: state,
+        caller,
+        control,
+    } = *cx;
     let account = visible_account(state.accounts.as_ref(), caller, c.account_id.as_str()).await?;
     let order = state.orders.get_order(c.order_id.as_str()).await?;
     let checks = policy::check_order_cancel(

@@ -52,6 +52,40 @@ pub struct Field {
     pub before: Option<String>,
 }
 
+/// What a plan is evaluated in: the plan use case's ports, who asks, and the control
+/// record read for this request.
+#[derive(Clone, Copy)]
+pub struct PlanContext<'a> {
+    pub planner: &'a Planner,
+    pub caller: &'a Caller,
+    pub control: &'a Control,
+}
+
+/// The order record the worker claimed for the broker (types that create one).
+pub type Claimed = Option<Stored<Order>>;
+
+/// The worker's step: its outcome, and whether the step's own write settled the action.
+pub type Worked = Result<(Outcome, bool), ApiError>;
+
+/// An action type's payload as a Rust type: its JSON Schema (as part of a request and as
+/// a document of its own) and its parse, given once per type by [`PayloadType::of`].
+#[derive(Clone, Copy)]
+pub struct PayloadType {
+    schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+    root: fn() -> schemars::Schema,
+    check: fn(&Value, &str) -> Result<(), ApiError>,
+}
+
+impl PayloadType {
+    pub fn of<T: schemars::JsonSchema + DeserializeOwned>() -> Self {
+        Self {
+            schema: |g| g.subschema_for::<T>(),
+            root: || schemars::schema_for!(T),
+            check: |payload, at| from_value::<T>(payload.clone(), at).map(|_| ()),
+        }
+    }
+}
+
 /// Everything about one action type that differs from the others.
 #[async_trait]
 pub trait Action: Send + Sync {
@@ -60,25 +94,37 @@ pub trait Action: Send + Sync {
     /// The MCP tool that plans it.
     fn plan_tool(&self) -> PlanTool;
 
+    /// Its payload's Rust type: schema and parse.
+    fn payload_type(&self) -> PayloadType;
+
     /// The JSON Schema of its payload, as a request sends it.
-    fn payload_schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema;
+    fn payload_schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        (self.payload_type().schema)(g)
+    }
 
     /// The JSON Schema of its payload as a document of its own (the MCP tool's input).
-    fn root_schema(&self) -> schemars::Schema;
+    fn root_schema(&self) -> schemars::Schema {
+        (self.payload_type().root)()
+    }
 
     /// Parses the payload only (a 400 naming the field at `at`), for doors that answer a
     /// malformed payload before anything else.
-    fn check_payload(&self, payload: &Value, at: &str) -> Result<(), ApiError>;
+    fn check_payload(&self, payload: &Value, at: &str) -> Result<(), ApiError> {
+        (self.payload_type().check)(payload, at)
+    }
+
+    /// The payload checked ([`Action::check_payload`]) and parsed as `T`.
+    fn parsed<T: DeserializeOwned>(&self, payload: Value) -> Result<T, ApiError>
+    where
+        Self: Sized,
+    {
+        self.check_payload(&payload, "/payload")?;
+        from_value(payload, "/payload")
+    }
 
     /// The plan: parses and validates the payload, reads what the checks need, runs them,
     /// and settles the normalized payload and the preview.
-    async fn evaluate(
-        &self,
-        planner: &Planner,
-        caller: &Caller,
-        payload: Value,
-        control: &Control,
-    ) -> Result<Evaluated, ApiError>;
+    async fn evaluate(&self, cx: &PlanContext<'_>, payload: Value) -> Result<Evaluated, ApiError>;
 
     /// Whether the plan's confirmation weighs its notional (the four-eyes rule).
     fn weighs_notional(&self) -> bool {
@@ -121,18 +167,13 @@ pub trait Action: Send + Sync {
         _w: &Worker,
         _msg: &QueueMessage,
         _now: crate::core::domain::Millis,
-    ) -> Result<Option<Stored<Order>>, ApiError> {
+    ) -> Result<Claimed, ApiError> {
         Ok(None)
     }
 
     /// The worker's step. The answer's `bool`: the action was settled with the step's own
     /// write.
-    async fn work(
-        &self,
-        w: &Worker,
-        msg: &QueueMessage,
-        claimed: Option<Stored<Order>>,
-    ) -> Result<(Outcome, bool), ApiError>;
+    async fn work(&self, w: &Worker, msg: &QueueMessage, claimed: Claimed) -> Worked;
 
     /// The worker gave up on the message (its last receive failed): how the action ends.
     async fn give_up(
@@ -191,11 +232,6 @@ pub fn text_of(v: &Value) -> String {
         Value::Null => "-".to_string(),
         other => other.to_string(),
     }
-}
-
-/// Parses a payload as `T` for [`Action::check_payload`].
-fn parses_as<T: DeserializeOwned>(payload: &Value, at: &str) -> Result<(), ApiError> {
-    from_value::<T>(payload.clone(), at).map(|_| ())
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::submit_cl::{concentration_check, reference_price, tif_words};
-use super::{notional, parses_as, Action, AtExecute, Field, PlanTool};
-use crate::core::auth::Caller;
+use super::{
+    notional, Action, AtExecute, Claimed, Field, PayloadType, PlanContext, PlanTool, Worked,
+};
 use crate::core::domain::calendar::ExchangeCalendar;
 use crate::core::domain::cl::ClContract;
 use crate::core::domain::payload::{
@@ -31,7 +32,7 @@ use crate::core::ports::broker::{ReplaceOutcome, Replacement};
 use crate::core::ports::{ActionMove, Reservation};
 use crate::core::records::{ActionRecord, Control, PlanRecord, QueueMessage, RiskCheck};
 use crate::core::usecases::execute::{policy_violation, Executor};
-use crate::core::usecases::plan::{Evaluated, Planner};
+use crate::core::usecases::plan::Evaluated;
 use crate::core::usecases::reads::visible_account;
 use crate::core::usecases::worker::{self, Outcome, Worker};
 
@@ -76,16 +77,11 @@ impl Action for ReplaceCl {
         }
     }
 
-    fn payload_schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        g.subschema_for::<OrderReplaceCl>()
-    }
-
-    fn root_schema(&self) -> schemars::Schema {
-        schemars::schema_for!(OrderReplaceCl)
+    fn payload_type(&self) -> PayloadType {
+        PayloadType::of::<OrderReplaceCl>()
     }
 
     fn check_payload(&self, payload: &Value, at: &str) -> Result<(), ApiError> {
-        parses_as::<OrderReplaceCl>(payload, at)?;
         let r: OrderReplaceCl = from_value(payload.clone(), at)?;
         if r.quantity.is_none()
             && r.limit_price.is_none()
@@ -104,16 +100,8 @@ impl Action for ReplaceCl {
         Ok(())
     }
 
-    async fn evaluate(
-        &self,
-        planner: &Planner,
-        caller: &Caller,
-        payload: Value,
-        control: &Control,
-    ) -> Result<Evaluated, ApiError> {
-        self.check_payload(&payload, "/payload")?;
-        let r: OrderReplaceCl = from_value(payload, "/payload")?;
-        evaluate(planner, caller, r, control).await
+    async fn evaluate(&self, cx: &PlanContext<'_>, payload: Value) -> Result<Evaluated, ApiError> {
+        evaluate(cx, self.parsed(payload)?).await
     }
 
     fn weighs_notional(&self) -> bool {
@@ -208,12 +196,7 @@ impl Action for ReplaceCl {
         Ok((!failed.is_empty()).then(|| policy_violation(&failed)))
     }
 
-    async fn work(
-        &self,
-        w: &Worker,
-        msg: &QueueMessage,
-        _claimed: Option<crate::core::ports::Stored<Order>>,
-    ) -> Result<(Outcome, bool), ApiError> {
+    async fn work(&self, w: &Worker, msg: &QueueMessage, _claimed: Claimed) -> Worked {
         let NormalizedPayload::OrderReplaceCl(r) = &msg.normalized_payload else {
             return Err(worker::bad_message(
                 "an order.replace.cl message without its change",
@@ -427,12 +410,12 @@ fn replaceable(order: &Order, r: &OrderReplaceCl, after: &OrderTerms) -> RiskChe
     )
 }
 
-async fn evaluate(
-    state: &Planner,
-    caller: &Caller,
-    r: OrderReplaceCl,
-    control: &Control,
-) -> Result<Evaluated, ApiError> {
+async fn evaluate(cx: &PlanContext<'_>, r: OrderReplaceCl) -> Result<Evaluated, ApiError> {
+    let PlanContext {
+        planner: state,
+        caller,
+        control,
+    } = *cx;
     let account = visible_account(state.accounts.as_ref(), caller, r.account_id.as_str()).await?;
     // An order of another account answers as one that does not exist.
     let order = state

@@ -6,8 +6,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{parses_as, Action, AtExecute, PlanTool};
-use crate::core::auth::Caller;
+use super::{Action, AtExecute, Claimed, PayloadType, PlanContext, PlanTool, Worked};
 use crate::core::domain::calendar::ExchangeCalendar;
 use crate::core::domain::cl::ClContract;
 use crate::core::domain::payload::{NormalizedOrder, NormalizedPayload};
@@ -24,7 +23,7 @@ use crate::core::records::{ActionRecord, Control, PlanRecord, QueueMessage, Risk
 use crate::core::usecases::execute::Executor;
 use crate::core::usecases::plan::{Evaluated, Planner};
 use crate::core::usecases::reads::visible_account;
-use crate::core::usecases::worker::{self, Outcome, Worker};
+use crate::core::usecases::worker::{self, Worker};
 
 pub struct SubmitCl;
 
@@ -42,12 +41,8 @@ impl Action for SubmitCl {
         }
     }
 
-    fn payload_schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        g.subschema_for::<OrderSubmitCl>()
-    }
-
-    fn root_schema(&self) -> schemars::Schema {
-        schemars::schema_for!(OrderSubmitCl)
+    fn payload_type(&self) -> PayloadType {
+        PayloadType::of::<OrderSubmitCl>()
     }
 
     fn check_payload(&self, payload: &Value, at: &str) -> Result<(), ApiError> {
@@ -56,19 +51,11 @@ impl Action for SubmitCl {
                 crate::core::parse::check_text(&format!("{at}/symbol"), sym, MAX_SYMBOL_CHARS)?;
             }
         }
-        parses_as::<OrderSubmitCl>(payload, at)
+        from_value::<OrderSubmitCl>(payload.clone(), at).map(|_| ())
     }
 
-    async fn evaluate(
-        &self,
-        planner: &Planner,
-        caller: &Caller,
-        payload: Value,
-        control: &Control,
-    ) -> Result<Evaluated, ApiError> {
-        self.check_payload(&payload, "/payload")?;
-        let o: OrderSubmitCl = from_value(payload, "/payload")?;
-        evaluate_order(planner, caller, o, control).await
+    async fn evaluate(&self, cx: &PlanContext<'_>, payload: Value) -> Result<Evaluated, ApiError> {
+        evaluate_order(cx, self.parsed(payload)?).await
     }
 
     fn weighs_notional(&self) -> bool {
@@ -149,12 +136,7 @@ impl Action for SubmitCl {
         worker::claim_order(w, msg, now).await.map(Some)
     }
 
-    async fn work(
-        &self,
-        w: &Worker,
-        msg: &QueueMessage,
-        claimed: Option<Stored<Order>>,
-    ) -> Result<(Outcome, bool), ApiError> {
+    async fn work(&self, w: &Worker, msg: &QueueMessage, claimed: Claimed) -> Worked {
         worker::submit(w, msg, claimed).await
     }
 
@@ -341,12 +323,12 @@ pub(super) async fn concentration_check(
     })
 }
 
-async fn evaluate_order(
-    state: &Planner,
-    caller: &Caller,
-    o: OrderSubmitCl,
-    control: &Control,
-) -> Result<Evaluated, ApiError> {
+async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evaluated, ApiError> {
+    let PlanContext {
+        planner: state,
+        caller,
+        control,
+    } = *cx;
     let account = visible_account(state.accounts.as_ref(), caller, o.account_id.as_str()).await?;
     let cal = ExchangeCalendar::cme();
     let contract = ClContract::parse(&o.symbol).ok();

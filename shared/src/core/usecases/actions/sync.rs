@@ -4,17 +4,15 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{parses_as, Action, PlanTool};
-use crate::core::auth::Caller;
+use super::{Action, Claimed, PayloadType, PlanContext, PlanTool, Worked};
 use crate::core::domain::payload::{NormalizedPayload, NormalizedSync};
 use crate::core::domain::{ActionType, PositionsSync};
 use crate::core::error::ApiError;
-use crate::core::parse::from_value;
 use crate::core::policy;
-use crate::core::records::{Control, QueueMessage};
-use crate::core::usecases::plan::{Evaluated, Planner};
+use crate::core::records::QueueMessage;
+use crate::core::usecases::plan::Evaluated;
 use crate::core::usecases::reads::visible_account;
-use crate::core::usecases::worker::{self, Outcome, Worker};
+use crate::core::usecases::worker::{self, Worker};
 
 pub struct Sync;
 
@@ -32,45 +30,25 @@ impl Action for Sync {
         }
     }
 
-    fn payload_schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        g.subschema_for::<PositionsSync>()
+    fn payload_type(&self) -> PayloadType {
+        PayloadType::of::<PositionsSync>()
     }
 
-    fn root_schema(&self) -> schemars::Schema {
-        schemars::schema_for!(PositionsSync)
+    async fn evaluate(&self, cx: &PlanContext<'_>, payload: Value) -> Result<Evaluated, ApiError> {
+        evaluate_sync(cx, self.parsed(payload)?).await
     }
 
-    fn check_payload(&self, payload: &Value, at: &str) -> Result<(), ApiError> {
-        parses_as::<PositionsSync>(payload, at)
-    }
-
-    async fn evaluate(
-        &self,
-        planner: &Planner,
-        caller: &Caller,
-        payload: Value,
-        control: &Control,
-    ) -> Result<Evaluated, ApiError> {
-        let s: PositionsSync = from_value(payload, "/payload")?;
-        evaluate_sync(planner, caller, s, control).await
-    }
-
-    async fn work(
-        &self,
-        w: &Worker,
-        msg: &QueueMessage,
-        _claimed: Option<crate::core::ports::Stored<crate::core::domain::Order>>,
-    ) -> Result<(Outcome, bool), ApiError> {
+    async fn work(&self, w: &Worker, msg: &QueueMessage, _claimed: Claimed) -> Worked {
         Ok((worker::sync(w, msg).await?, false))
     }
 }
 
-async fn evaluate_sync(
-    state: &Planner,
-    caller: &Caller,
-    s: PositionsSync,
-    control: &Control,
-) -> Result<Evaluated, ApiError> {
+async fn evaluate_sync(cx: &PlanContext<'_>, s: PositionsSync) -> Result<Evaluated, ApiError> {
+    let PlanContext {
+        planner: state,
+        caller,
+        control,
+    } = *cx;
     let account = visible_account(state.accounts.as_ref(), caller, s.account_id.as_str()).await?;
     let checks =
         policy::check_positions_sync(policy::in_force(&state.policy, control), &account, control);

@@ -78,9 +78,12 @@ async fn plan(
         return Err(e);
     }
     let action = actions::of(req.action_type);
-    let eval = action
-        .evaluate(state, caller, req.payload, &control)
-        .await?;
+    let cx = actions::PlanContext {
+        planner: state,
+        caller,
+        control: &control,
+    };
+    let eval = action.evaluate(&cx, req.payload).await?;
 
     let now = state.clock.now_ms();
     let ttl_ms = state.confirmation_ttl_s as i64 * 1000;
