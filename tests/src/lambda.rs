@@ -974,20 +974,7 @@ impl TradingState {
         ];
         // Tokens first: this creates the dev issuer key the functions load.
         let service = crate::cli(&dir, &env, &["token", "service"]);
-        let operator = crate::cli(
-            &dir,
-            &env,
-            &[
-                "token",
-                "operator",
-                "--sub",
-                "op-energy-trader",
-                "--roles",
-                "trader",
-                "--desks",
-                "energy",
-            ],
-        );
+        let operator = crate::cli(&dir, &env, &crate::trader_args(&["token", "operator"]));
         crate::cli(&dir, &env, &["seed-orders", "0"]);
         std::fs::write(dir.join("policy.json"), crate::TOKEN_MODE_POLICY).expect("policy.json");
         TradingState {

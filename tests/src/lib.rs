@@ -375,14 +375,9 @@ impl Server {
                         .find(|(n, _)| n == k)
                         .map(|(_, v)| v.clone())
                 };
-                let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                    .endpoint_url(var("AWS_ENDPOINT_URL").expect("an emulator endpoint"))
-                    .region(aws_config::Region::new(crate::moto::Moto::REGION))
-                    .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                        "test", "test", None, None, "tests",
-                    ))
-                    .load()
-                    .await;
+                let conf =
+                    crate::emulator_config(var("AWS_ENDPOINT_URL").expect("an emulator endpoint"))
+                        .await;
                 let ddb = aws_sdk_dynamodb::Client::new(&conf);
                 let table = var("AIRLOCK_APPROVALS_TABLE").unwrap_or("airlock-approvals".into());
                 let mut n = 0;
@@ -512,6 +507,34 @@ pub struct Resp {
 impl Resp {
     pub fn code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// The field the error names first (`error.details[0].field`).
+    pub fn field(&self) -> Value {
+        self.body["error"]["details"][0]["field"].clone()
+    }
+
+    /// Asserts the answer is this error: its HTTP status and stable code (the body is
+    /// printed otherwise).
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.code()),
+            (status, code),
+            "{:?}",
+            self.body
+        );
+    }
+
+    /// Asserts the answer's HTTP status and its `status` field (`queued`, `duplicate`...).
+    #[track_caller]
+    pub fn assert_status(&self, status: u16, action_status: &str) {
+        assert_eq!(
+            (self.status, self.body["status"].as_str()),
+            (status, Some(action_status)),
+            "{:?}",
+            self.body
+        );
     }
 }
 
@@ -708,6 +731,35 @@ impl std::ops::Index<&str> for Resp {
     fn index(&self, k: &str) -> &Value {
         &self.body[k]
     }
+}
+
+/// The SDK configuration of a test's own AWS clients on its emulator: explicit, not the
+/// process environment (tests run in parallel, each on its own emulator).
+pub async fn emulator_config(endpoint: impl Into<String>) -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new(moto::Moto::REGION))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
+        .load()
+        .await
+}
+
+/// The demo trader as the command line names an operator (`token operator`, `operators
+/// enroll`).
+pub const TRADER_ARGS: [&str; 6] = [
+    "--sub",
+    "op-energy-trader",
+    "--roles",
+    "trader",
+    "--desks",
+    "energy",
+];
+
+/// A command line about the demo trader: `head`, then [`TRADER_ARGS`].
+pub fn trader_args<'a>(head: &[&'a str]) -> Vec<&'a str> {
+    head.iter().copied().chain(TRADER_ARGS).collect()
 }
 
 /// Monday 2026-11-23 09:00 Chicago: CME Globex open, CLF27 tradable.

@@ -266,16 +266,7 @@ impl Setup {
         self.operator = cli(
             &self.dir,
             &env,
-            &[
-                "token",
-                "operator",
-                "--sub",
-                "op-energy-trader",
-                "--roles",
-                "trader",
-                "--desks",
-                "energy",
-            ],
+            &airlock_tests::trader_args(&["token", "operator"]),
         );
     }
 

@@ -277,7 +277,7 @@ async fn forged_expired_and_foreign_tokens_are_rejected_and_audited(b: Backend) 
         .await;
     assert_eq!(hp["executable"], true);
     let r = t.execute(&hp, "attack-requester").await;
-    assert_eq!((r.status, r.code()), (422, "token_invalid"), "{:?}", r.body);
+    r.assert_error(422, "token_invalid");
     // Claiming to be the head trader in the body is a 403.
     let r = t
         .post(
@@ -302,7 +302,7 @@ async fn forged_expired_and_foreign_tokens_are_rejected_and_audited(b: Backend) 
     let later = dir.start(&[("AIRLOCK_NOW", "2026-11-23T15:10:00Z")]);
     let t2 = later.trader();
     let r = t2.execute_with(&plan_id, &token, "late").await;
-    assert_eq!((r.status, r.code()), (422, "token_expired"), "{:?}", r.body);
+    r.assert_error(422, "token_expired");
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
@@ -326,12 +326,7 @@ async fn kill_switch_closes_plans_and_takes_effect_on_a_running_server(b: Backen
     let out = s.cli(&["kill-switch", "engage", "--reason", "test drill"]);
     assert!(out.contains("ENGAGED"), "{out}");
     let r = t.execute(&p, "ks-1").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (403, "kill_switch_engaged"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(403, "kill_switch_engaged");
     // Decided: the key replays the rejection.
     let r = t.execute(&p, "ks-1").await;
     assert_eq!(r.code(), "kill_switch_engaged");
@@ -361,12 +356,7 @@ async fn kill_switch_closes_plans_and_takes_effect_on_a_running_server(b: Backen
     assert!(out.contains("released"), "{out}");
     // The closed plan stays closed, under any key.
     let r = t.execute(&p, "ks-2").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (422, "plan_not_executable"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(422, "plan_not_executable");
     let r = t.execute(&p, "ks-1").await;
     assert_eq!(
         r.code(),
@@ -404,21 +394,13 @@ async fn rollout_modes_and_rate_limits(b: Backend) {
         "no token was issued: {:?}",
         r.body
     );
-    assert_eq!(
-        r.body["error"]["details"][0]["field"],
-        "/confirmation_token"
-    );
+    assert_eq!(r.field(), "/confirmation_token");
 
     s.cli(&["rollout", "order.submit.cl", "execute"]);
     let p = executable_plan(&t).await;
     s.cli(&["rollout", "order.submit.cl", "disabled"]);
     let r = t.execute(&p, "ro-1").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (403, "action_disabled"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(403, "action_disabled");
     s.cli(&["rollout", "order.submit.cl", "execute"]);
 
     // Two decided executes per minute; the third is 429 and can be retried later.
@@ -428,7 +410,7 @@ async fn rollout_modes_and_rate_limits(b: Backend) {
     }
     let p = executable_plan(&t).await;
     let r = t.execute(&p, "rl-2").await;
-    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{:?}", r.body);
+    r.assert_error(429, "rate_limited");
     let wait: u64 = r.retry_after.as_deref().unwrap().parse().unwrap();
     assert!((1..=60).contains(&wait));
     // Not a decision: the key is free and the plan still open.
@@ -470,12 +452,7 @@ async fn swept(s: &Server) -> i64 {
 
 /// A `duplicate` answer (200) to a retry; the action's id.
 fn duplicate_of(r: &Resp) -> String {
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (200, Some("duplicate")),
-        "{:?}",
-        r.body
-    );
+    r.assert_status(200, "duplicate");
     r["action_id"].as_str().unwrap().to_string()
 }
 
@@ -655,12 +632,7 @@ async fn a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing(b: Bac
     let p = executable_plan(&t).await;
     let started = std::time::Instant::now();
     let refused = t.execute(&p, "backlog-3").await;
-    assert_eq!(
-        (refused.status, refused.code()),
-        (503, "orders_backlogged"),
-        "{:?}",
-        refused.body
-    );
+    refused.assert_error(503, "orders_backlogged");
     assert!(
         started.elapsed() >= std::time::Duration::from_millis(300),
         "refused after {:?}, before its hold for room ended",
@@ -769,12 +741,7 @@ async fn a_commit_whose_reply_was_lost_carries_on_from_its_own_decision(b: Backe
     let p = executable_plan(&t).await;
     let r = t.execute(&p, "lost-reply-1").await;
     // It reads again, finds its own decision, sends and answers: not 409 about itself.
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (202, Some("queued")),
-        "{:?}",
-        r.body
-    );
+    r.assert_status(202, "queued");
     let action_id = r["action_id"].as_str().unwrap().to_string();
     assert_eq!(queue_count(&s), 1, "sent at once, once");
     let dup = t.execute(&p, "lost-reply-1").await;
@@ -814,14 +781,7 @@ async fn the_sweeper_sends_an_action_accepted_before_the_sharded_index() {
     use aws_sdk_dynamodb::types::AttributeValue;
     let (dir, p) = execute_then_crash(Backend::Aws, SEND_AFTER_COMMIT_THEN_CRASH, "legacy-1").await;
     let env: std::collections::BTreeMap<String, String> = dir.env().into_iter().collect();
-    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(&env["AWS_ENDPOINT_URL"])
-        .region(aws_config::Region::new(env["AWS_REGION"].clone()))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "test", "test", None, None, "test",
-        ))
-        .load()
-        .await;
+    let conf = airlock_tests::emulator_config(&env["AWS_ENDPOINT_URL"]).await;
     let ddb = aws_sdk_dynamodb::Client::new(&conf);
     let table = "airlock-actions";
     let unsent = || async {
@@ -878,12 +838,7 @@ async fn a_decided_key_replays_after_the_token_expired(b: Backend) {
     let later = dir.start(&[("AIRLOCK_NOW", "2026-11-23T20:00:00Z")]);
     let t = later.trader();
     let r = t.execute(&p, "replay-1").await;
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (200, Some("duplicate")),
-        "{:?}",
-        r.body
-    );
+    r.assert_status(200, "duplicate");
     assert_eq!(r["action_id"], first["action_id"]);
     assert_eq!(later.queued_messages(), 1);
     // Past the 24-hour window the key is forgotten; the token has long expired.
@@ -910,12 +865,7 @@ async fn a_send_that_fails_after_the_commit_gives_up_its_lease(b: Backend) {
     let t = s.trader();
     let p = executable_plan(&t).await;
     let r = t.execute(&p, "send-fails-1").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (503, "upstream_unavailable"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(503, "upstream_unavailable");
     assert_eq!(
         r.retry_after.as_deref(),
         Some("1"),

@@ -97,12 +97,7 @@ async fn an_aws_outage_is_a_clean_503() {
         t.plan_buy("CLF27", 1).await,
         t.execute(&p, "outage-1").await,
     ] {
-        assert_eq!(
-            (r.status, r.code()),
-            (503, "upstream_unavailable"),
-            "{:?}",
-            r.body
-        );
+        r.assert_error(503, "upstream_unavailable");
         let text = r.body.to_string();
         for leak in ["dispatch", "Dynamo", "hyper", "127.0.0.1", "connection"] {
             assert!(

@@ -153,16 +153,7 @@ fn the_approvals_lambda_logs_no_secret() {
     let link = airlock_tests::cli(
         &dir,
         &env,
-        &[
-            "operators",
-            "enroll",
-            "--sub",
-            "op-energy-trader",
-            "--roles",
-            "trader",
-            "--desks",
-            "energy",
-        ],
+        &airlock_tests::trader_args(&["operators", "enroll"]),
     );
     let secret = secret_of(&link);
     let emu = LambdaEmulator::start();

@@ -238,12 +238,7 @@ async fn an_unreachable_provider_is_a_503_not_a_401() {
         ec.sign(&operator_claims(now)),
     );
     let r = api.get("/accounts").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (503, "upstream_unavailable"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(503, "upstream_unavailable");
     assert!(
         !r.body.to_string().contains("jwks.json"),
         "no internals in the body"
@@ -308,12 +303,7 @@ async fn cognito_shaped_tokens() {
         .with_tokens(&svc_key.sign(&user_access), &svc_key.sign(&id))
         .get("/accounts")
         .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (401, "unauthenticated"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(401, "unauthenticated");
     assert!(
         r.body["error"]["message"]
             .as_str()
@@ -363,12 +353,7 @@ async fn the_jwks_is_fetched_over_verified_https() {
         &[("SSL_CERT_FILE", other_roots.to_str().unwrap())],
     ));
     let r = tokens(&s).get("/accounts").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (503, "upstream_unavailable"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(503, "upstream_unavailable");
     assert_eq!(
         idp.fetches(),
         1,
@@ -443,12 +428,7 @@ async fn a_user_token_of_the_same_provider_is_not_the_service_token(b: airlock_t
         .with_tokens(&rsa.sign(&service_claims(now, "n")), &ec.sign(&machine_op))
         .get("/accounts")
         .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (401, "operator_unauthenticated"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(401, "operator_unauthenticated");
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
@@ -467,12 +447,7 @@ async fn a_user_token_of_the_same_provider_is_not_the_service_token(b: airlock_t
     let r = Api::new(&s, rsa.sign(&delegated), op.clone())
         .get("/accounts")
         .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (401, "unauthenticated"),
-        "{:?}",
-        r.body
-    );
+    r.assert_error(401, "unauthenticated");
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()

@@ -34,16 +34,7 @@ impl Fixture {
         let operator = cli(
             &dir,
             &env,
-            &[
-                "token",
-                "operator",
-                "--sub",
-                "op-energy-trader",
-                "--roles",
-                "trader",
-                "--desks",
-                "energy",
-            ],
+            &airlock_tests::trader_args(&["token", "operator"]),
         );
         // Seeds the demo accounts, positions and orders into the empty database.
         cli(&dir, &env, &["seed-orders", "0"]);

@@ -126,7 +126,7 @@ async fn plans_are_rate_limited_per_operator(b: Backend) {
         assert_eq!(p.status, 200, "{:?}", p.body);
     }
     let r = t.post("/actions/plan", &order("op-energy-trader", 1)).await;
-    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{:?}", r.body);
+    r.assert_error(429, "rate_limited");
     let wait: u64 = r
         .retry_after
         .as_deref()

@@ -246,16 +246,8 @@ async fn execute_re_runs_the_time_sensitive_checks(b: Backend) {
     let later = dir.start(&[("AIRLOCK_NOW", "2026-11-23T22:01:00Z")]);
     let t = later.trader();
     let r = t.execute(&p, "halt-1").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (422, "policy_violation"),
-        "{:?}",
-        r.body
-    );
-    assert_eq!(
-        r.body["error"]["details"][0]["field"],
-        "risk_checks/market_open"
-    );
+    r.assert_error(422, "policy_violation");
+    assert_eq!(r.field(), "risk_checks/market_open");
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
@@ -280,16 +272,8 @@ async fn execute_checks_the_position_limit_against_the_current_position() {
         )
         .unwrap();
     let r = t.execute(&p, "pos-1").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (422, "policy_violation"),
-        "{:?}",
-        r.body
-    );
-    assert_eq!(
-        r.body["error"]["details"][0]["field"],
-        "risk_checks/position_limit"
-    );
+    r.assert_error(422, "policy_violation");
+    assert_eq!(r.field(), "risk_checks/position_limit");
     assert!(
         // +48, the demo's working buy of 1, and this 5: the worst case counts open orders.
         r.body["error"]["message"].as_str().unwrap().contains("+54"),
@@ -321,16 +305,8 @@ async fn the_policy_in_the_control_record_takes_effect_at_once(b: Backend) {
     assert!(out.contains("\"max_order_size\": 2"), "{out}");
     // Planned before: the execute re-check uses the policy in force now.
     let r = t.execute(&p, "tight-1").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (422, "policy_violation"),
-        "{:?}",
-        r.body
-    );
-    assert_eq!(
-        r.body["error"]["details"][0]["field"],
-        "risk_checks/max_order_size"
-    );
+    r.assert_error(422, "policy_violation");
+    assert_eq!(r.field(), "risk_checks/max_order_size");
     let q = t.plan_buy("CLF27", 3).await;
     assert_eq!(check(&q, "max_order_size")["status"], "fail");
     assert!(q["policy_version"]

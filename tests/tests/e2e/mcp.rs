@@ -537,16 +537,8 @@ async fn tool_arguments_are_read_as_strictly_as_rest_bodies(b: Backend) {
             .into_bytes(),
         )
         .await;
-    assert_eq!(
-        (rest.status, rest.code()),
-        (400, "invalid_request"),
-        "{:?}",
-        rest.body
-    );
-    assert_eq!(
-        rest.body["error"]["details"][0]["field"],
-        "/payload/quantity"
-    );
+    rest.assert_error(400, "invalid_request");
+    assert_eq!(rest.field(), "/payload/quantity");
     let r = call_raw(
         &s,
         &t,

@@ -250,14 +250,7 @@ async fn sent_messages(s: &Server) -> Vec<Value> {
         }
         Backend::Aws => {
             let env: std::collections::HashMap<String, String> = s.cli_env().into_iter().collect();
-            let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .endpoint_url(&env["AWS_ENDPOINT_URL"])
-                .region(aws_config::Region::new(env["AWS_REGION"].clone()))
-                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                    "test", "test", None, None, "test",
-                ))
-                .load()
-                .await;
+            let conf = airlock_tests::emulator_config(&env["AWS_ENDPOINT_URL"]).await;
             let sqs = aws_sdk_sqs::Client::new(&conf);
             let urls = sqs
                 .list_queues()

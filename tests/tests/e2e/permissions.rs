@@ -215,18 +215,7 @@ impl World {
 /// The test's own clients on the emulator (never logged), the queue URLs by template
 /// logical id (dead-letter queues too), and the signing key's ARN.
 async fn connect(moto: &Moto, tpl: &Template) -> (Aws, BTreeMap<String, String>, String) {
-    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(&moto.endpoint)
-        .region(aws_config::Region::new(Moto::REGION))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "test",
-            "test",
-            None,
-            None,
-            "permissions",
-        ))
-        .load()
-        .await;
+    let conf = airlock_tests::emulator_config(&moto.endpoint).await;
     let (ddb, sqs, kms) = clients(&conf);
     let mut urls = BTreeMap::new();
     for q in &tpl.queues {

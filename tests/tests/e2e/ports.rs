@@ -79,18 +79,7 @@ async fn env(backend: Backend) -> Env {
             airlock_tests::cli(&dir, &e, &["bootstrap"]);
             // Explicit configuration (not the process environment): tests run in parallel,
             // each on its own emulator.
-            let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .endpoint_url(&moto.endpoint)
-                .region(aws_config::Region::new(Moto::REGION))
-                .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                    "test",
-                    "test",
-                    None,
-                    None,
-                    "ports-test",
-                ))
-                .load()
-                .await;
+            let conf = airlock_tests::emulator_config(&moto.endpoint).await;
             let (ddb, sqs, kms) = clients(&conf);
             let given = AwsConfig::default();
             let mut urls = Vec::new();

@@ -230,18 +230,15 @@ async fn limits_and_unknown_parameters_are_400_with_the_field(b: Backend) {
             (400, "invalid_request"),
             "limit={bad}"
         );
-        assert_eq!(r.body["error"]["details"][0]["field"], "limit");
+        assert_eq!(r.field(), "limit");
     }
     assert_eq!(t.get("/orders?limit=200").await.status, 200);
     assert_eq!(t.get("/orders?limit=1").await.status, 200);
     let r = t.get("/positions?acount_id=ACC-1").await;
     assert_eq!((r.status, r.code()), (400, "invalid_request"));
-    assert_eq!(r.body["error"]["details"][0]["field"], "acount_id");
+    assert_eq!(r.field(), "acount_id");
     let r = t.get("/orders?status=open").await;
-    assert_eq!(
-        (r.status, r.body["error"]["details"][0]["field"].as_str()),
-        (400, Some("status"))
-    );
+    assert_eq!((r.status, r.field().as_str()), (400, Some("status")));
     let r = t.get("/orders?account_id=ACC-1&account_id=ACC-3").await;
     assert_eq!((r.status, r.code()), (400, "invalid_request"));
     let r = t.get("/jobs?kind=rebalance").await;
@@ -474,11 +471,7 @@ async fn bad_input_is_a_4xx_with_the_field_and_writes_nothing(b: Backend) {
             "{body}: {:?}",
             r.body
         );
-        assert_eq!(
-            r.body["error"]["details"][0]["field"],
-            json!(field),
-            "{body}"
-        );
+        assert_eq!(r.field(), json!(field), "{body}");
         assert!(r.body["error"]["message"].as_str().unwrap().len() > 10);
     }
     let r = t.post("/actions/plan", &json!([1, 2])).await;
@@ -504,7 +497,7 @@ async fn bad_input_is_a_4xx_with_the_field_and_writes_nothing(b: Backend) {
     let r = t.post("/actions/plan", &big).await;
     assert_eq!((r.status, r.code()), (413, "payload_too_large"));
     let r = t.post("/actions/execute", &json!({"plan_id": "pln_x", "confirmation_token": "t", "idempotency_key": "", "requested_by": "op-energy-trader"})).await;
-    assert_eq!(r.body["error"]["details"][0]["field"], "/idempotency_key");
+    assert_eq!(r.field(), "/idempotency_key");
     let r = t.post("/actions/execute", &json!({"plan_id": "pln_x", "confirmation_token": "t", "idempotency_key": "k\u{1}", "requested_by": "op-energy-trader"})).await;
     assert_eq!(r.status, 400);
     // requested_by must be the operator.

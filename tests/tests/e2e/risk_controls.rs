@@ -421,12 +421,7 @@ async fn a_claimed_order_redelivered_after_a_crash_is_checked_again(b: Backend) 
     ]);
     let t = s.trader();
     let r = t.execute(&p, "gate-claimed").await;
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (200, Some("duplicate")),
-        "{:?}",
-        r.body
-    );
+    r.assert_status(200, "duplicate");
     let action_id = r["action_id"].as_str().unwrap_or_default().to_string();
     let order_id = r["resource_refs"]["order_id"]
         .as_str()

@@ -264,12 +264,7 @@ async fn the_sweeper_does_not_send_an_order_while_the_kill_switch_is_engaged(b: 
     // The key replays the decision the atomic step made; the action says how it ended.
     let t = later.trader();
     let r = t.execute(&p, "ks-sweep").await;
-    assert_eq!(
-        (r.status, r["status"].as_str()),
-        (200, Some("duplicate")),
-        "{:?}",
-        r.body
-    );
+    r.assert_status(200, "duplicate");
     let a = t.get(&format!("/actions/{}", id(&r, "action_id"))).await;
     assert_eq!(a["status"], "failed", "{:?}", a.body);
     assert!(
