@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use airlock::core::domain::ActionType;
+use airlock::core::usecases::actions;
 use airlock_tests::moto::Moto;
 use airlock_tests::passkey::{enroll, ApprovalClient, Passkey};
 use airlock_tests::{both, Backend, Server, Stack, BASE, MARKET_OPEN};
@@ -760,4 +762,57 @@ fn a_held_call_answers_before_the_lambdas_deadline() {
         took >= Duration::from_secs(2) && took < Duration::from_secs(10),
         "held for what the deadline leaves (about 4 s): {took:?}"
     );
+}
+
+/// A payload of each registered action type, as an agent would send it. A type added to
+/// the registry without one here fails the test below.
+fn example_payload(a: ActionType) -> Value {
+    match a.as_str() {
+        "order.submit.cl" => {
+            json!({ "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit", "limit_price": "68.00" })
+        }
+        "order.replace.cl" => {
+            json!({ "account_id": "ACC-1", "order_id": "ORD-1001", "quantity": 2 })
+        }
+        "order.cancel" => json!({ "account_id": "ACC-1", "order_id": "ORD-1001" }),
+        "positions.sync" => json!({ "account_id": "ACC-1" }),
+        other => panic!("{other}: give the registered action type an example payload here"),
+    }
+}
+
+both!(every_registered_action_type_is_reachable_from_every_door);
+async fn every_registered_action_type_is_reachable_from_every_door(b: Backend) {
+    let s = start(b);
+    let t = s.trader();
+    let doc = t.get("/openapi.json").await;
+    let variants = doc.body["components"]["schemas"]["PlanRequest"]["oneOf"].clone();
+    for a in ActionType::ALL {
+        let payload = example_payload(*a);
+        // REST.
+        let r = t
+            .post("/actions/plan", &json!({ "action_type": a.as_str(), "payload": payload, "requested_by": "op-energy-trader" }))
+            .await;
+        assert_eq!(r.status, 200, "{a} over REST: {:?}", r.body);
+        assert_eq!(r["action_type"], a.as_str(), "{a}: {:?}", r.body);
+        // MCP: the type's own plan tool, the payload as its arguments.
+        let tool = actions::of(*a).plan_tool().name;
+        let m = call_raw(&s, &t, tool, &payload.to_string(), "").await;
+        assert_ne!(m["isError"], true, "{a} through {tool}: {m}");
+        assert_eq!(
+            m["structuredContent"]["action_type"],
+            a.as_str(),
+            "{a}: {m}"
+        );
+        // OpenAPI: the plan request names the type and describes its payload.
+        let variant = variants
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["properties"]["action_type"]["const"] == a.as_str());
+        let payload_ref = variant.map(|v| &v["properties"]["payload"]["$ref"]);
+        assert!(
+            payload_ref.is_some_and(Value::is_string),
+            "{a}: no PlanRequest variant with its payload schema in {variants}"
+        );
+    }
 }
