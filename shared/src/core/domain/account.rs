@@ -1,0 +1,23 @@
+//! Accounts and their positions.
+
+use serde::{Deserialize, Serialize};
+
+use super::{AccountStatus, Millis, Price};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Account {
+    pub account_id: String,
+    pub name: String,
+    pub desk: String,
+    pub currency: String,
+    pub status: AccountStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Position {
+    pub account_id: String,
+    pub symbol: String,
+    pub quantity: i64,
+    pub avg_price: Option<Price>,
+    pub updated_at: Millis,
+}
