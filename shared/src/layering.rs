@@ -9,6 +9,9 @@
 //! path in code names the longest module prefix that is a file. Comments,
 //! `#[cfg(test)] mod tests { .. }` and the files of unit-test modules declared out of line
 //! (`#[cfg(test)]` then `mod tests;`) are left out (a test may reach anywhere).
+//!
+//! And no file's production part, the lines before its first `#[cfg(test)]` line at the
+//! start of a line, is over [`MAX_PRODUCTION_LINES`]: a longer file holds more than one job.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -305,6 +308,108 @@ fn verdict(by_file: &BTreeMap<Module, BTreeSet<Module>>) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The most lines a file's production part may have.
+const MAX_PRODUCTION_LINES: usize = 800;
+
+/// The lines of a file's production part: those before its first `#[cfg(test)]` line (at
+/// the start of the line: a test-only item inside an `impl` does not end it).
+fn production_lines(text: &str) -> usize {
+    text.lines()
+        .take_while(|l| l.trim_end() != "#[cfg(test)]")
+        .count()
+}
+
+/// Each production file under `roots` whose production part is over
+/// [`MAX_PRODUCTION_LINES`], with its count, and how many files were read.
+fn long_files(roots: &[PathBuf]) -> (Vec<(PathBuf, usize)>, usize) {
+    let (mut long, mut read) = (Vec::new(), 0);
+    for root in roots {
+        let mut files = Vec::new();
+        sources(root, &mut files);
+        let tests = test_files(&files);
+        for f in files.iter().filter(|f| !tests.contains(*f)) {
+            let n = production_lines(&std::fs::read_to_string(f).expect("a source file"));
+            read += 1;
+            if n > MAX_PRODUCTION_LINES {
+                long.push((f.clone(), n));
+            }
+        }
+    }
+    (long, read)
+}
+
+#[test]
+fn no_production_file_is_over_800_lines() {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = shared.parent().expect("the workspace");
+    let mut roots = vec![shared.join("src")];
+    for entry in std::fs::read_dir(workspace.join("functions")).expect("functions/") {
+        let src = entry.expect("a directory entry").path().join("src");
+        if src.is_dir() {
+            roots.push(src);
+        }
+    }
+    assert!(roots.len() > 10, "only {roots:?}: the walk is broken");
+    let (long, read) = long_files(&roots);
+    assert!(read > 100, "only {read} files read: the walk is broken");
+    let named: Vec<String> = long
+        .iter()
+        .map(|(f, n)| {
+            let f = f.strip_prefix(workspace).unwrap_or(f);
+            format!("{}: {n} production lines", f.display())
+        })
+        .collect();
+    assert!(
+        named.is_empty(),
+        "over {MAX_PRODUCTION_LINES} production lines (before the first `#[cfg(test)]` line); \
+         split each into modules of one job:\n{}",
+        named.join("\n")
+    );
+}
+
+#[test]
+fn a_long_file_is_named_and_test_modules_do_not_count() {
+    let root = std::env::temp_dir().join(format!("airlock-long-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let write = |path: &str, text: &str| {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().expect("a folder")).expect("a folder");
+        std::fs::write(p, text).expect("a file");
+    };
+    let lines = |n: usize| "fn f() {}\n".repeat(n);
+    write("lib.rs", "pub mod a;\npub mod b;\n");
+    // Production, then an inline test module as long as it likes.
+    write(
+        "a/mod.rs",
+        &format!(
+            "{}impl X {{\n    #[cfg(test)]\n    fn t() {{}}\n}}\n#[cfg(test)]\nmod tests;\n{}",
+            lines(MAX_PRODUCTION_LINES - 6),
+            lines(2000)
+        ),
+    );
+    // An out-of-line test module, and a file under it.
+    write("a/tests.rs", &lines(2000));
+    write("b.rs", "#[cfg(test)]\nmod tests;\n");
+    write("b/tests/mod.rs", "mod more;\n");
+    write("b/tests/more.rs", &lines(2000));
+    let (long, read) = long_files(std::slice::from_ref(&root));
+    assert_eq!((long, read), (vec![], 3));
+    // One line more in production.
+    write(
+        "a/mod.rs",
+        &format!(
+            "{}impl X {{\n    #[cfg(test)]\n    fn t() {{}}\n}}\n#[cfg(test)]\nmod tests;\n",
+            lines(MAX_PRODUCTION_LINES - 3),
+        ),
+    );
+    let (long, _) = long_files(std::slice::from_ref(&root));
+    assert_eq!(
+        long,
+        vec![(root.join("a/mod.rs"), MAX_PRODUCTION_LINES + 1)]
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
