@@ -452,6 +452,7 @@ pub async fn prices(
     symbol: Option<String>,
     price: Option<String>,
 ) -> Result<(), String> {
+    let now = clock(&cfg).now_ms();
     let state = state(cfg, backend).await?;
     let paper = &state.ports.paper;
     if let (Some(sym), Some(px)) = (&symbol, &price) {
@@ -470,13 +471,21 @@ pub async fn prices(
     } else if symbol.is_some() || price.is_some() {
         return Err("usage: airlock prices [SYMBOL PRICE]".into());
     }
-    for (s, p) in paper.prices().await.map_err(|e| e.to_string())?.iter() {
+    for (s, q) in paper.prices().await.map_err(|e| e.to_string())?.iter() {
         if symbol.as_deref().is_none_or(|x| {
             airlock::core::domain::cl::ClContract::parse(x)
                 .map(|c| &c.symbol() == s)
                 .unwrap_or(false)
         }) {
-            outln!("{s} {p}");
+            let observed = match q.observed_at {
+                Some(at) => format!(
+                    "observed {}, {} s ago",
+                    airlock::core::domain::rfc3339(at),
+                    (now - at).max(0) / 1000
+                ),
+                None => "observed at an unknown time".to_string(),
+            };
+            outln!("{s} {} {observed}", q.price);
         }
     }
     Ok(())

@@ -81,6 +81,9 @@ pub struct PlanRecord {
     /// the band against it under the policy then in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_price: Option<crate::core::domain::Price>,
+    /// When the reference price was observed (`None`: no reference, or one of unknown age).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_observed_at: Option<Millis>,
     /// How the plan is confirmed (the policy's mode for its action type at plan time).
     #[serde(default = "token_mode")]
     pub confirmation: crate::core::policy::ConfirmationMode,

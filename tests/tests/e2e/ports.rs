@@ -155,6 +155,7 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
         chat_context: serde_json::json!({}),
         request_id: "req".into(),
         reference_price: None,
+        reference_observed_at: None,
         confirmation: airlock::core::policy::ConfirmationMode::Token,
         four_eyes: false,
         notional: None,
@@ -2791,10 +2792,10 @@ async fn the_price_table_is_decoded_once_per_change(b: Backend) {
     let mine = &e.p.paper;
     let other = airlock::adapters::paper_broker::PaperBroker::new(e.book.clone());
     let price = |s: &str| airlock::core::domain::Price::parse(s).unwrap();
-    assert_eq!(mine.prices().await.unwrap()["CLF27"], price("68.40"));
+    assert_eq!(mine.prices().await.unwrap()["CLF27"].price, price("68.40"));
     let set = std::collections::BTreeMap::from([("CLF27".to_string(), price("70.10"))]);
     other.set_prices(&set).await.unwrap();
-    assert_eq!(mine.prices().await.unwrap()["CLF27"], price("70.10"));
+    assert_eq!(mine.prices().await.unwrap()["CLF27"].price, price("70.10"));
     assert_eq!(
         book.load_changed("prices", v1 + 1).await.unwrap(),
         None,

@@ -601,3 +601,28 @@ async fn random_interleavings_keep_the_limit_and_the_kill_switch(b: Backend) {
         }
     }
 }
+
+both!(reference_prices_carry_the_time_they_were_observed);
+async fn reference_prices_carry_the_time_they_were_observed(b: Backend) {
+    // `airlock prices`: "CLH27 70.00 observed <time>, <seconds> s ago".
+    fn observed(out: &str) -> (String, u64) {
+        let line = out.lines().find(|l| l.starts_with("CLH27 70.00 observed "));
+        let rest = line.unwrap_or_else(|| panic!("no CLH27 line in {out}"))
+            ["CLH27 70.00 observed ".len()..]
+            .to_string();
+        let (at, ago) = rest.split_once(", ").expect("time, age");
+        let secs = ago.trim_end_matches(" s ago").parse().expect("seconds");
+        (at.to_string(), secs)
+    }
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let (at, age) = observed(&s.cli(&["prices", "CLH27", "70.00"]));
+    assert!(at.starts_with("2026-11-23T15:00:0"), "{at}");
+    assert!(age <= 1, "{age}");
+    // Ninety seconds later the same price is ninety seconds old.
+    let mut env = s.cli_env();
+    env.retain(|(k, _)| k != "AIRLOCK_NOW");
+    env.push(("AIRLOCK_NOW".into(), "2026-11-23T15:01:30Z".into()));
+    let (again, age) = observed(&airlock_tests::cli(&s.state_dir, &env, &["prices"]));
+    assert_eq!(again, at, "the time it was observed, not read");
+    assert!((88..=90).contains(&age), "{age}");
+}

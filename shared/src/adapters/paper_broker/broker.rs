@@ -24,7 +24,7 @@ impl Broker for PaperBroker {
         // order has its document.
         let _turn = self.book_turn(account).await;
         let (prices, first) = tokio::try_join!(self.prices(), self.load_book(account))?;
-        let reference = prices.get(&order.terms.symbol).copied();
+        let reference = super::price_in(&prices, &order.terms.symbol);
         let mut loaded = Some(first);
         for round in 0..MAX_ROUNDS {
             pause(round).await;
@@ -92,7 +92,7 @@ impl Broker for PaperBroker {
                 return Ok(ReplaceOutcome::Unknown);
             };
             let (mut book, book_version) = self.load_book(account_id).await?;
-            let reference = prices.get(&o.terms.symbol).copied();
+            let reference = super::price_in(&prices, &o.terms.symbol);
             let now = self.now_ms();
             let next = match replace_terms(&o, change, reference, &mut book.positions, now) {
                 Ok(next) if next == o => return Ok(ReplaceOutcome::Replaced(o)),
@@ -128,7 +128,7 @@ impl Broker for PaperBroker {
             ) {
                 return Ok(Some(o));
             }
-            let Some(reference) = prices.get(&o.terms.symbol).copied() else {
+            let Some(reference) = super::price_in(&prices, &o.terms.symbol) else {
                 return Ok(Some(o));
             };
             let before = o.clone();

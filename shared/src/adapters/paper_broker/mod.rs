@@ -53,7 +53,7 @@ use crate::core::clock::SharedClock;
 use crate::core::domain::{Millis, OrderType, Price, Side};
 use crate::core::error::StoreResult;
 use crate::core::ports::broker::{BrokerOrder, BrokerPosition, BrokerStatus};
-use crate::core::ports::{PaperBookStore, Prices};
+use crate::core::ports::{PaperBookStore, Prices, Quote};
 
 use documents::{
     account_key, book_doc, contention, decode, decode_doc, encode, order_doc, order_key,
@@ -85,8 +85,42 @@ pub struct PaperBroker {
     clock: std::sync::RwLock<SharedClock>,
 }
 
-/// Reference prices by contract symbol.
-pub type PriceTable = BTreeMap<String, Price>;
+/// Reference prices by contract symbol, each with the time it was set.
+pub type PriceTable = BTreeMap<String, Quote>;
+
+/// A price as the table stores it: with the time it was set, or (written before prices
+/// carried their time) the price alone.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum StoredQuote {
+    Timed { price: Price, observed_at: Millis },
+    Plain(Price),
+}
+
+fn decode_prices(doc: Option<serde_json::Value>) -> StoreResult<PriceTable> {
+    let stored: BTreeMap<String, StoredQuote> = decode(doc)?;
+    Ok(stored
+        .into_iter()
+        .map(|(symbol, q)| {
+            let quote = match q {
+                StoredQuote::Timed { price, observed_at } => Quote {
+                    price,
+                    observed_at: Some(observed_at),
+                },
+                StoredQuote::Plain(price) => Quote {
+                    price,
+                    observed_at: None,
+                },
+            };
+            (symbol, quote)
+        })
+        .collect())
+}
+
+/// The price of `symbol` in the table, without its time.
+pub(super) fn price_in(table: &PriceTable, symbol: &str) -> Option<Price> {
+    table.get(symbol).map(|q| q.price)
+}
 
 impl PaperBroker {
     pub fn new(store: Arc<dyn PaperBookStore>) -> Self {
@@ -138,7 +172,7 @@ impl PaperBroker {
         match self.store.load_changed(PRICES_KEY, version).await? {
             None => Ok(known.map(|(_, t)| t).unwrap_or_default()),
             Some((doc, version)) => {
-                let table: Arc<PriceTable> = Arc::new(decode(doc)?);
+                let table: Arc<PriceTable> = Arc::new(decode_prices(doc)?);
                 let mut cached = lock();
                 // A concurrent reader may have stored a newer table meanwhile; keep that one.
                 if cached.as_ref().is_none_or(|(v, _)| *v <= version) {
@@ -149,13 +183,22 @@ impl PaperBroker {
         }
     }
 
-    /// Sets reference prices (seeding, or `airlock prices set`).
+    /// Sets reference prices (seeding, or `airlock prices set`), observed now.
     pub async fn set_prices(&self, prices: &BTreeMap<String, Price>) -> StoreResult<()> {
+        let observed_at = self.now_ms();
         for round in 0..MAX_ROUNDS {
             pause(round).await;
             let (doc, version) = self.store.load(PRICES_KEY).await?;
-            let mut table: BTreeMap<String, Price> = decode(doc)?;
-            table.extend(prices.iter().map(|(k, v)| (k.clone(), *v)));
+            let mut table: BTreeMap<String, StoredQuote> = decode(doc)?;
+            table.extend(prices.iter().map(|(k, v)| {
+                (
+                    k.clone(),
+                    StoredQuote::Timed {
+                        price: *v,
+                        observed_at,
+                    },
+                )
+            }));
             if self
                 .store
                 .save(PRICES_KEY, &encode(&table)?, version)
@@ -232,7 +275,7 @@ impl PaperBroker {
             }
             let Some(at) = price
                 .or(o.terms.limit_price)
-                .or_else(|| prices.get(&o.terms.symbol).copied())
+                .or_else(|| price_in(&prices, &o.terms.symbol))
             else {
                 return Ok(Err(format!(
                     "no price: order {id} has no limit and {} no reference price",
@@ -287,12 +330,12 @@ impl PaperBroker {
 
 #[async_trait]
 impl Prices for PaperBroker {
-    async fn reference_price(&self, symbol: &str) -> StoreResult<Option<Price>> {
+    async fn quote(&self, symbol: &str) -> StoreResult<Option<Quote>> {
         Ok(self.prices().await?.get(symbol).copied())
     }
     async fn reference_prices(&self, symbols: &[&str]) -> StoreResult<Vec<Option<Price>>> {
         let prices = self.prices().await?;
-        Ok(symbols.iter().map(|s| prices.get(*s).copied()).collect())
+        Ok(symbols.iter().map(|s| price_in(&prices, s)).collect())
     }
 }
 

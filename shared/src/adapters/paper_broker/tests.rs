@@ -626,3 +626,33 @@ async fn an_operators_fill_is_refused_for_what_cannot_fill() {
         (BrokerStatus::Filled, 2, Some(p("67.45")))
     );
 }
+
+#[tokio::test]
+async fn a_price_carries_the_time_it_was_set_and_an_old_table_reads_as_of_unknown_age() {
+    let store = Arc::new(MemStore::default());
+    // A table written before prices carried their time: the price alone.
+    let old = serde_json::json!({ "CLF27": "68.40" });
+    assert!(store.save(PRICES_KEY, &old, 0).await.unwrap());
+    let broker = PaperBroker::new(store.clone());
+    let clock = Arc::new(StepClock(std::sync::atomic::AtomicI64::new(5_000)));
+    broker.set_clock(clock.clone());
+    let q = broker.quote("CLF27").await.unwrap().unwrap();
+    assert_eq!((q.price, q.observed_at), (p("68.40"), None));
+    // Set again, it is stamped with the broker's clock; the other prices keep theirs.
+    let at = later(&clock, 7_000);
+    broker
+        .set_prices(&BTreeMap::from([("CLG27".to_string(), p("68.10"))]))
+        .await
+        .unwrap();
+    let g = broker.quote("CLG27").await.unwrap().unwrap();
+    assert_eq!((g.price, g.observed_at), (p("68.10"), Some(at)));
+    assert_eq!(
+        broker.quote("CLF27").await.unwrap().unwrap().observed_at,
+        None
+    );
+    assert_eq!(
+        broker.reference_price("CLG27").await.unwrap(),
+        Some(p("68.10"))
+    );
+    assert_eq!(broker.quote("CLH27").await.unwrap(), None);
+}

@@ -679,15 +679,27 @@ pub struct PaperDoc {
     pub expected_version: u64,
 }
 
+/// A reference price and when it was observed (`None`: a price stored before prices
+/// carried their time, of unknown age).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quote {
+    pub price: crate::core::domain::Price,
+    pub observed_at: Option<crate::core::domain::Millis>,
+}
+
 /// Reference prices (the paper broker's price table; a market data feed in production): the
 /// price-band check compares a limit or stop price with them.
 #[async_trait]
 pub trait Prices: Send + Sync {
+    /// The reference price of a contract (`CLZ26`) and its time, if one is known.
+    async fn quote(&self, symbol: &str) -> StoreResult<Option<Quote>>;
     /// The reference price of a contract (`CLZ26`), if one is known.
     async fn reference_price(
         &self,
         symbol: &str,
-    ) -> StoreResult<Option<crate::core::domain::Price>>;
+    ) -> StoreResult<Option<crate::core::domain::Price>> {
+        Ok(self.quote(symbol).await?.map(|q| q.price))
+    }
     /// The reference prices of several contracts, in the order asked; one round trip
     /// where the source allows it.
     async fn reference_prices(

@@ -14,7 +14,7 @@ use crate::core::auth::{Caller, Permission};
 use crate::core::clock::SharedClock;
 use crate::core::domain::calendar::ExchangeCalendar;
 use crate::core::domain::payload::NormalizedPayload;
-use crate::core::domain::{new_id, rfc3339, Account, ActionType, Price};
+use crate::core::domain::{new_id, rfc3339, Account, ActionType};
 use crate::core::error::{ApiError, Code};
 use crate::core::policy::{self, Policy};
 use crate::core::ports::{
@@ -115,7 +115,8 @@ pub struct Evaluated {
     pub normalized: NormalizedPayload,
     pub checks: Vec<RiskCheck>,
     pub preview: String,
-    pub reference: Option<Price>,
+    /// The reference price the checks used, with its time.
+    pub reference: Option<crate::core::ports::Quote>,
     /// Contracts x 1,000 barrels x the reference price, absolute, USD (orders only; `None`
     /// without a reference price).
     pub notional: Option<rust_decimal::Decimal>,

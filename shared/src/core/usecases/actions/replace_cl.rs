@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::submit_cl::{concentration_check, reference_price, tif_words};
+use super::submit_cl::{concentration_check, reference_quote, tif_words};
 use super::{
     notional, Action, AtExecute, Claimed, Field, PayloadType, PlanContext, PlanTool, Worked,
 };
@@ -465,7 +465,8 @@ async fn evaluate(cx: &PlanContext<'_>, r: OrderReplaceCl) -> Result<Evaluated, 
     };
     let pol = policy::in_force(&state.policy, control);
     let now = state.clock.now();
-    let reference = reference_price(state, contract).await?;
+    let quote = reference_quote(state, contract).await?;
+    let reference = quote.map(|q| q.price);
     let whole = as_request(&normalized.order, after.quantity.max(1))?;
     let order_inputs = inputs(
         pol,
@@ -518,7 +519,7 @@ async fn evaluate(cx: &PlanContext<'_>, r: OrderReplaceCl) -> Result<Evaluated, 
         checks,
         reference: match after.order_type {
             OrderType::Market => None,
-            _ => reference,
+            _ => quote,
         },
     })
 }

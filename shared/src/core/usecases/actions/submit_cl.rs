@@ -18,7 +18,7 @@ use crate::core::error::ApiError;
 use crate::core::parse::from_value;
 use crate::core::policy::{self, OrderInputs, Policy};
 use crate::core::ports::Reservation;
-use crate::core::ports::{PositionStore, Stored};
+use crate::core::ports::{PositionStore, Quote, Stored};
 use crate::core::records::{ActionRecord, Control, PlanRecord, QueueMessage, RiskCheck};
 use crate::core::usecases::execute::Executor;
 use crate::core::usecases::plan::{Evaluated, Planner};
@@ -227,13 +227,14 @@ pub async fn order_inputs_exposure(
     })
 }
 
-/// The reference price of the contract (the paper broker's price table), for the band.
-pub(super) async fn reference_price(
+/// The reference price of the contract (the paper broker's price table) and its time, for
+/// the band.
+pub(super) async fn reference_quote(
     state: &Planner,
     contract: Option<ClContract>,
-) -> Result<Option<Price>, ApiError> {
+) -> Result<Option<Quote>, ApiError> {
     Ok(match contract {
-        Some(c) => state.prices.reference_price(&c.symbol()).await?,
+        Some(c) => state.prices.quote(&c.symbol()).await?,
         None => None,
     })
 }
@@ -339,7 +340,7 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
         && pol.confirmation(ActionType::OrderSubmitCl) == policy::ConfirmationMode::Operator;
     let price_now = match (o.order_type, wants_notional) {
         (OrderType::Market, false) => None,
-        _ => reference_price(state, contract).await?,
+        _ => reference_quote(state, contract).await?,
     };
     let reference = match o.order_type {
         OrderType::Market => None,
@@ -353,7 +354,7 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
         order: &o,
         contract,
         exposure,
-        reference,
+        reference: reference.map(|q| q.price),
     };
     let mut checks = policy::check_order_submit(&inputs, &account, control);
     if let Some(c) = contract {
@@ -381,6 +382,6 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
         account,
         checks,
         reference,
-        notional: price_now.map(|p| notional(o.quantity.get(), p)),
+        notional: price_now.map(|q| notional(o.quantity.get(), q.price)),
     })
 }
