@@ -433,6 +433,9 @@ async fn the_plan_page_leads_with_the_decision_on_a_phone(backend: Backend) {
         band["reason"].as_str().unwrap().contains(&price),
         "{shown} is the band's reference: {band}"
     );
+    // With its age: how long before the plan the price was observed.
+    let age = b.text("#reference-age").await;
+    assert!(age.ends_with(" old") && shown.contains(&age), "{shown}");
     assert_eq!(b.text("#approve").await, "Approve: buy 3 CLF27 @ 67.85");
     assert_eq!(b.text("#decline").await, "Decline: buy 3 CLF27 @ 67.85");
     for name in &warned {

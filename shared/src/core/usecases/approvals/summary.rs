@@ -63,8 +63,8 @@ pub fn order_value(plan: &PlanRecord) -> Option<OrderValue> {
 }
 
 /// When the plan's reference price was observed, if the plan recorded it.
-pub fn reference_observed_at(_plan: &PlanRecord) -> Option<Millis> {
-    None
+pub fn reference_observed_at(plan: &PlanRecord) -> Option<Millis> {
+    plan.reference_observed_at
 }
 
 /// USD with thousands separators: `$203,550`, `$68,412.50`.
