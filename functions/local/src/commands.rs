@@ -468,8 +468,6 @@ pub async fn prices(
             .await
             .map_err(|e| e.to_string())?;
         eprintln!("{} set to {p}; {n} working order(s) changed", c.symbol());
-    } else if symbol.is_some() || price.is_some() {
-        return Err("usage: airlock prices [SYMBOL PRICE]".into());
     }
     for (s, q) in paper.prices().await.map_err(|e| e.to_string())?.iter() {
         if symbol.as_deref().is_none_or(|x| {

@@ -622,7 +622,11 @@ async fn reference_prices_carry_the_time_they_were_observed(b: Backend) {
     let mut env = s.cli_env();
     env.retain(|(k, _)| k != "AIRLOCK_NOW");
     env.push(("AIRLOCK_NOW".into(), "2026-11-23T15:01:30Z".into()));
-    let (again, age) = observed(&airlock_tests::cli(&s.state_dir, &env, &["prices"]));
+    let (again, age) = observed(&airlock_tests::cli(
+        &s.state_dir,
+        &env,
+        &["prices", "CLH27"],
+    ));
     assert_eq!(again, at, "the time it was observed, not read");
     assert!((88..=90).contains(&age), "{age}");
 }
