@@ -6,6 +6,7 @@
 mod access;
 mod actions;
 mod approvals;
+mod audit_chain;
 mod aws;
 mod browser_approvals;
 mod browser_harness;

@@ -251,12 +251,7 @@ async fn connect(moto: &Moto, tpl: &Template) -> (Aws, BTreeMap<String, String>,
         urls[shapes::JOBS_QUEUE.logical_id].clone(),
     );
     names.signing_key_id = key_arn.clone();
-    let aws = Aws {
-        ddb,
-        sqs,
-        kms,
-        names: Arc::new(names),
-    };
+    let aws = Aws::new(ddb, sqs, kms, Arc::new(names));
     (aws, urls, key_arn)
 }
 
@@ -1101,7 +1096,8 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     let replay = calls_since(&w.log, before, "execute");
     assert_eq!(
         replay,
-        ["DynamoDB.BatchGetItem", "DynamoDB.PutItem"],
+        // The duplicate's audit record and its chain head, in one transaction.
+        ["DynamoDB.BatchGetItem", "DynamoDB.TransactWriteItems"],
         "the calls of a replay"
     );
     // A plan that fails its checks (too large): recorded, not signed.
