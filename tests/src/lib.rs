@@ -509,6 +509,21 @@ impl Resp {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
 
+    /// A plan's risk check by name.
+    #[track_caller]
+    pub fn check(&self, name: &str) -> &Value {
+        self.body["risk_checks"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == name))
+            .unwrap_or_else(|| panic!("no check {name} in {:?}", self.body))
+    }
+
+    /// A plan's `plan_id`.
+    #[track_caller]
+    pub fn plan_id(&self) -> String {
+        self.body["plan_id"].as_str().expect("plan id").to_string()
+    }
+
     /// The field the error names first (`error.details[0].field`).
     pub fn field(&self) -> Value {
         self.body["error"]["details"][0]["field"].clone()
@@ -708,6 +723,15 @@ impl Api {
             plan["plan_id"].as_str().unwrap_or(""),
             plan["confirmation_token"].as_str().unwrap_or(""),
             key,
+        )
+        .await
+    }
+
+    /// Execute without a confirmation token (an `operator` plan, or an unknown one).
+    pub async fn execute_untokened(&self, plan_id: &str, key: &str) -> Resp {
+        self.post(
+            "/actions/execute",
+            &serde_json::json!({ "plan_id": plan_id, "idempotency_key": key, "requested_by": "op-energy-trader" }),
         )
         .await
     }

@@ -29,18 +29,6 @@ async fn plan(t: &Api, qty: u32) -> Resp {
     p
 }
 
-async fn execute(t: &Api, plan_id: &str, key: &str) -> Resp {
-    t.post(
-        "/actions/execute",
-        &json!({ "plan_id": plan_id, "idempotency_key": key, "requested_by": "op-energy-trader" }),
-    )
-    .await
-}
-
-fn id(p: &Resp) -> String {
-    p["plan_id"].as_str().expect("plan id").to_string()
-}
-
 fn audit(s: &Server, plan_id: &str) -> Vec<Value> {
     s.cli(&["audit", plan_id])
         .lines()
@@ -68,7 +56,7 @@ async fn an_operator_mode_plan_executes_only_after_the_passkey_approval(b: Backe
         Value::Null,
         "no token in operator mode"
     );
-    let pid = id(&p);
+    let pid = p.plan_id();
     assert_eq!(p["approval"]["required"], true);
     assert_eq!(p["approval"]["four_eyes"], false);
     assert_eq!(
@@ -79,7 +67,7 @@ async fn an_operator_mode_plan_executes_only_after_the_passkey_approval(b: Backe
 
     // Before the approval: 409, decides nothing, the same key works later.
     for _ in 0..2 {
-        let e = execute(&t, &pid, "chat-1:approve-me").await;
+        let e = t.execute_untokened(&pid, "chat-1:approve-me").await;
         assert_eq!(e.status, 409, "{:?}", e.body);
         assert_eq!(e.code(), "approval_required");
         assert_eq!(e["status"], "rejected");
@@ -132,9 +120,9 @@ async fn an_operator_mode_plan_executes_only_after_the_passkey_approval(b: Backe
     assert_eq!(again.status, 409, "{}", again.body);
     assert_eq!(again.body["error"]["code"], "plan_not_pending");
 
-    let e = execute(&t, &pid, "chat-1:approve-me").await;
+    let e = t.execute_untokened(&pid, "chat-1:approve-me").await;
     assert_eq!(e.status, 202, "{:?}", e.body);
-    let replay = execute(&t, &pid, "chat-1:approve-me").await;
+    let replay = t.execute_untokened(&pid, "chat-1:approve-me").await;
     assert_eq!(replay.status, 200);
     assert_eq!(replay["status"], "duplicate");
     assert_eq!(replay["action_id"], e["action_id"]);
@@ -167,7 +155,7 @@ async fn the_agent_cannot_approve(b: Backend) {
     let s = start(b, None);
     let t = s.trader();
     let (p1, p2) = (plan(&t, 1).await, plan(&t, 2).await);
-    let (a, b2) = (id(&p1), id(&p2));
+    let (a, b2) = (p1.plan_id(), p2.plan_id());
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -275,7 +263,7 @@ async fn the_agent_cannot_approve(b: Backend) {
 
     // Neither plan was approved by any of that; a real approval of one still works once.
     for pid in [&a, &b2] {
-        let e = execute(&t, pid, &format!("k-{pid}")).await;
+        let e = t.execute_untokened(pid, &format!("k-{pid}")).await;
         assert_eq!(e.code(), "approval_required", "{:?}", e.body);
     }
     let ok = c.decide(&a, "approved", &mut key).await;
@@ -339,15 +327,15 @@ async fn a_declined_plan_never_executes_and_an_expired_one_cannot_be_approved(b:
     let s = start(b, None);
     let t = s.trader();
     let p = plan(&t, 1).await;
-    let pid = id(&p);
+    let pid = p.plan_id();
     let late = plan(&t, 1).await;
-    let late_id = id(&late);
+    let late_id = late.plan_id();
     let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
     let d = c.decide(&pid, "declined", &mut key).await;
     assert_eq!(d.status, 200, "{}", d.body);
     assert_eq!(d.body["decision"], "declined");
     for _ in 0..2 {
-        let e = execute(&t, &pid, "k-declined").await;
+        let e = t.execute_untokened(&pid, "k-declined").await;
         assert_eq!(e.status, 422, "{:?}", e.body);
         assert_eq!(e.code(), "plan_declined");
     }
@@ -367,7 +355,7 @@ async fn a_declined_plan_never_executes_and_an_expired_one_cannot_be_approved(b:
     let r = c2.start(&late_id, "approved").await;
     assert_eq!(r.status, 422, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "plan_expired");
-    let e = execute(&t, &late_id, "k-late").await;
+    let e = t.execute_untokened(&late_id, "k-late").await;
     assert_eq!(e.code(), "plan_expired", "{:?}", e.body);
     assert!(audit(&s, &late_id)
         .iter()
@@ -382,7 +370,7 @@ async fn four_eyes_needs_the_requester_and_another_approver(b: Backend) {
     let s = start(b, Some(r#"{"four_eyes_above_notional": "100000"}"#));
     let t = s.trader();
     let p = plan(&t, 2).await;
-    let pid = id(&p);
+    let pid = p.plan_id();
     assert_eq!(p["approval"]["four_eyes"], true, "{:?}", p.body);
     let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
     // A viewer of the desk may not approve.
@@ -399,7 +387,7 @@ async fn four_eyes_needs_the_requester_and_another_approver(b: Backend) {
     let a = h.decide(&pid, "approved", &mut hkey).await;
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.body["approver"], "op-head-trader");
-    let e = execute(&t, &pid, "k-4e").await;
+    let e = t.execute_untokened(&pid, "k-4e").await;
     assert_eq!(e.code(), "approval_required", "{:?}", e.body);
     assert_eq!(e["approval"]["approved_by"], json!(["op-head-trader"]));
     // Nobody approves twice, and a second checker does not replace the requester.
@@ -426,7 +414,7 @@ async fn four_eyes_needs_the_requester_and_another_approver(b: Backend) {
     // The requester's own passkey completes it.
     let a = c.decide(&pid, "approved", &mut key).await;
     assert_eq!(a.status, 200, "{}", a.body);
-    let e = execute(&t, &pid, "k-4e").await;
+    let e = t.execute_untokened(&pid, "k-4e").await;
     assert_eq!(e.status, 202, "{:?}", e.body);
     let trail = audit(&s, &pid);
     assert!(trail
@@ -438,17 +426,17 @@ async fn four_eyes_needs_the_requester_and_another_approver(b: Backend) {
 
     // The other order: the requester first, then the checker.
     let p = plan(&t, 2).await;
-    let pid = id(&p);
+    let pid = p.plan_id();
     assert_eq!(c.decide(&pid, "approved", &mut key).await.status, 200);
     assert_eq!(
-        execute(&t, &pid, "k-4e-2").await.code(),
+        t.execute_untokened(&pid, "k-4e-2").await.code(),
         "approval_required"
     );
     let mine = c.start(&pid, "approved").await;
     assert_eq!(mine.status, 403, "{}", mine.body);
     let a = h2.decide(&pid, "approved", &mut h2key).await;
     assert_eq!(a.status, 200, "{}", a.body);
-    assert_eq!(execute(&t, &pid, "k-4e-2").await.status, 202);
+    assert_eq!(t.execute_untokened(&pid, "k-4e-2").await.status, 202);
 }
 
 both!(the_pending_list_shows_own_and_four_eyes_plans_newest_first);
@@ -462,8 +450,8 @@ async fn the_pending_list_shows_own_and_four_eyes_plans_newest_first(b: Backend)
         s.service_token(),
         s.operator_token("op-head-trader", "head_trader", None),
     );
-    let own_small = id(&plan(&t, 1).await);
-    let own_large = id(&plan(&t, 2).await);
+    let own_small = plan(&t, 1).await.plan_id();
+    let own_large = plan(&t, 2).await.plan_id();
     let heads_small = {
         let p = head
             .post(
@@ -477,7 +465,7 @@ async fn the_pending_list_shows_own_and_four_eyes_plans_newest_first(b: Backend)
             )
             .await;
         assert_eq!(p.status, 200, "{:?}", p.body);
-        id(&p)
+        p.plan_id()
     };
     let (trader, _) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
     let (checker, _) = signed_in(&s, "op-head-2", "head_trader", "").await;
@@ -530,7 +518,7 @@ async fn a_revoked_operators_links_and_sessions_stay_dead(b: Backend) {
     let mut key = Passkey::new();
     assert_eq!(c3.enroll(&l3, &mut key).await.status, 200);
     assert!(!s.cli(&["operators", "list"]).contains("link open until"));
-    let pid = id(&plan(&t, 1).await);
+    let pid = plan(&t, 1).await.plan_id();
     assert_eq!(c3.get(&format!("/approvals/plans/{pid}")).await.status, 200);
 
     // Revoked: the session is dead, and stays dead after the operator is enrolled again.
@@ -662,7 +650,7 @@ async fn a_policy_tightened_after_the_plan_holds_at_execute(b: Backend) {
 
     // Four eyes set after the requester approved alone.
     let p = plan(&t, 2).await;
-    let pid = id(&p);
+    let pid = p.plan_id();
     assert_eq!(p["approval"]["four_eyes"], false, "{:?}", p.body);
     let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
     let a = c.decide(&pid, "approved", &mut key).await;
@@ -672,10 +660,10 @@ async fn a_policy_tightened_after_the_plan_holds_at_execute(b: Backend) {
         json!({ "version": "four-eyes", "four_eyes_above_notional": "100000" }),
     );
     s.cli(&["policy", "set", &four_eyes]);
-    let e = execute(&t, &pid, "k-tight-4e").await;
+    let e = t.execute_untokened(&pid, "k-tight-4e").await;
     closed_because(&e, "second person's approval");
     // Closed: another key does not get it through either.
-    let again = execute(&t, &pid, "k-tight-4e-2").await;
+    let again = t.execute_untokened(&pid, "k-tight-4e-2").await;
     assert_eq!(again.code(), "plan_not_executable", "{:?}", again.body);
     let trail = audit(&s, &pid);
     assert!(
@@ -691,10 +679,10 @@ async fn a_policy_tightened_after_the_plan_holds_at_execute(b: Backend) {
     );
     s.cli(&["policy", "set", &small]);
     let p = plan(&t, 1).await;
-    let ok_id = id(&p);
+    let ok_id = p.plan_id();
     assert_eq!(p["approval"]["four_eyes"], false, "{:?}", p.body);
     assert_eq!(c.decide(&ok_id, "approved", &mut key).await.status, 200);
-    let ok = execute(&t, &ok_id, "k-tight-under").await;
+    let ok = t.execute_untokened(&ok_id, "k-tight-under").await;
     assert_eq!(ok.status, 202, "{:?}", ok.body);
 
     // A token plan, when the policy in force has since moved the action to the approval
@@ -709,7 +697,7 @@ async fn a_policy_tightened_after_the_plan_holds_at_execute(b: Backend) {
     s.cli(&["policy", "reset"]);
     let e = t.execute(&p, "k-tight-token").await;
     closed_because(&e, "approved by its operator on the approval page");
-    for closed in [pid, id(&p)] {
+    for closed in [pid, p.plan_id()] {
         assert!(
             !audit(&s, &closed).iter().any(|r| r["decision"] == "queued"),
             "{closed} was queued"
@@ -765,7 +753,7 @@ async fn a_change_of_an_order_is_approved_seeing_before_and_after(b: Backend) {
         Value::Null,
         "a change that adds risk is approved by a person"
     );
-    let pid = id(&p);
+    let pid = p.plan_id();
     let (mut c, mut key) = signed_in(&s, "op-energy-trader", "trader", "energy").await;
     let html = c.get(&format!("/approvals/plans/{pid}")).await.body["text"]
         .as_str()
@@ -793,7 +781,7 @@ async fn a_change_of_an_order_is_approved_seeing_before_and_after(b: Backend) {
     );
     let a = c.decide(&pid, "approved", &mut key).await;
     assert_eq!(a.status, 200, "{}", a.body);
-    let e = execute(&t, &pid, "chg-approved").await;
+    let e = t.execute_untokened(&pid, "chg-approved").await;
     assert_eq!(e.status, 202, "{:?}", e.body);
     assert_eq!(
         t.settled(e["action_id"].as_str().unwrap()).await["status"],

@@ -233,19 +233,6 @@ async fn plan(t: &Api, body: &Value) -> Resp {
     p
 }
 
-/// Execute without a confirmation token (operator-mode plans, unknown plans).
-async fn execute_untokened(t: &Api, plan_id: &str, key: &str) -> Resp {
-    t.post(
-        "/actions/execute",
-        &json!({ "plan_id": plan_id, "idempotency_key": key, "requested_by": "op-energy-trader" }),
-    )
-    .await
-}
-
-fn id(p: &Resp) -> String {
-    p["plan_id"].as_str().expect("plan id").to_string()
-}
-
 /// Writes a policy file in the state dir and sets it in the control record.
 fn set_policy(s: &Server, name: &str, policy: &str) {
     let file = s.state_dir.join(name);
@@ -511,10 +498,14 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
     );
 
     // ---- Execute, token mode (the stack's policy).
-    let r = execute_untokened(&t, "pln_01kaq8m4x1a7c2e9f0g3h5", "k-none").await;
+    let r = t
+        .execute_untokened("pln_01kaq8m4x1a7c2e9f0g3h5", "k-none")
+        .await;
     seen.api("executePlan", "an unknown plan", &r, Code::PlanNotFound);
     let p1 = plan(&t, &order("ACC-1", 1, "op-energy-trader")).await;
-    let r = t.execute_with(&id(&p1), "not-a-token", "k-forged").await;
+    let r = t
+        .execute_with(&p1.plan_id(), "not-a-token", "k-forged")
+        .await;
     seen.api("executePlan", "a forged token", &r, Code::TokenInvalid);
     let r = t
         .post(
@@ -638,7 +629,7 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         &s.operator_token("op-head-trader", "head_trader", None),
     );
     let theirs = plan(&head, &order("ACC-1", 1, "op-head-trader")).await;
-    let r = execute_untokened(&t, &id(&approved), "k-wait").await;
+    let r = t.execute_untokened(&approved.plan_id(), "k-wait").await;
     seen.api(
         "executePlan",
         "before the approval",
@@ -650,7 +641,10 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
     let decide = |pid: &str| format!("/approvals/plans/{pid}/start");
     let mut c = ApprovalClient::new(&s.base);
     let a = c
-        .post(&decide(&id(&approved)), json!({"decision": "approved"}))
+        .post(
+            &decide(&approved.plan_id()),
+            json!({"decision": "approved"}),
+        )
         .await;
     seen.outside(
         "approval without a session",
@@ -684,7 +678,7 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
     );
 
     let origin = std::mem::replace(&mut c.origin, "https://approvals.evil.example".into());
-    let a = c.start(&id(&approved), "approved").await;
+    let a = c.start(&approved.plan_id(), "approved").await;
     seen.outside(
         "approval from another origin",
         a.status,
@@ -694,7 +688,7 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
     );
     c.origin = origin;
     let a = c
-        .decide(&id(&approved), "approved", &mut Passkey::new())
+        .decide(&approved.plan_id(), "approved", &mut Passkey::new())
         .await;
     seen.outside(
         "another passkey's assertion",
@@ -703,7 +697,7 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         &a.headers,
         Code::PasskeyInvalid,
     );
-    let a = c.start(&id(&theirs), "approved").await;
+    let a = c.start(&theirs.plan_id(), "approved").await;
     seen.outside(
         "approving another operator's plan",
         a.status,
@@ -711,9 +705,9 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         &a.headers,
         Code::ApprovalRefused,
     );
-    let a = c.decide(&id(&approved), "approved", &mut key).await;
+    let a = c.decide(&approved.plan_id(), "approved", &mut key).await;
     assert_eq!(a.status, 200, "approve: {}", a.body);
-    let a = c.start(&id(&approved), "approved").await;
+    let a = c.start(&approved.plan_id(), "approved").await;
     seen.outside(
         "approving a decided plan",
         a.status,
@@ -721,9 +715,9 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         &a.headers,
         Code::PlanNotPending,
     );
-    let a = c.decide(&id(&declined), "declined", &mut key).await;
+    let a = c.decide(&declined.plan_id(), "declined", &mut key).await;
     assert_eq!(a.status, 200, "decline: {}", a.body);
-    let r = execute_untokened(&t, &id(&declined), "k-declined").await;
+    let r = t.execute_untokened(&declined.plan_id(), "k-declined").await;
     seen.api("executePlan", "a declined plan", &r, Code::PlanDeclined);
     s.cli(&["policy", "reset"]);
 
@@ -744,7 +738,7 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         &r,
         Code::TokenExpired,
     );
-    let r = execute_untokened(&t, &id(&late), "k-late").await;
+    let r = t.execute_untokened(&late.plan_id(), "k-late").await;
     seen.api(
         "executePlan",
         "a plan past its expires_at",

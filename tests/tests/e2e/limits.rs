@@ -22,15 +22,6 @@ async fn counter(s: &Server, series: &str) -> f64 {
         .map_or(0.0, |(_, v)| v.parse().expect("a number"))
 }
 
-/// Execute without a token (an `operator` plan).
-async fn execute(t: &Api, plan_id: &str, key: &str) -> airlock_tests::Resp {
-    t.post(
-        "/actions/execute",
-        &json!({ "plan_id": plan_id, "idempotency_key": key, "requested_by": "op-energy-trader" }),
-    )
-    .await
-}
-
 fn approval_required_records(s: &Server, plan_id: &str, key: &str) -> usize {
     s.audit(plan_id)
         .iter()
@@ -58,7 +49,7 @@ async fn a_plan_waiting_for_approval_is_audited_once_per_key(b: Backend) {
     .await;
     const CALLS: usize = 30;
     for i in 0..CALLS {
-        let r = execute(&t, &pid, "k-waiting").await;
+        let r = t.execute_untokened(&pid, "k-waiting").await;
         assert_eq!(
             (r.status, r.code()),
             (409, "approval_required"),
@@ -72,7 +63,7 @@ async fn a_plan_waiting_for_approval_is_audited_once_per_key(b: Backend) {
     assert_eq!(approval_required_records(&s, &pid, "k-waiting"), 1);
     // Another key is another request: audited once too.
     for _ in 0..3 {
-        let r = execute(&t, &pid, "k-other").await;
+        let r = t.execute_untokened(&pid, "k-other").await;
         assert_eq!(r.code(), "approval_required");
     }
     assert_eq!(approval_required_records(&s, &pid, "k-other"), 1);

@@ -4,15 +4,6 @@
 use airlock_tests::{both, Backend, Resp, Server};
 use serde_json::json;
 
-fn check<'a>(plan: &'a Resp, name: &str) -> &'a serde_json::Value {
-    plan.body["risk_checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {:?}", plan.body))
-}
-
 async fn plan_at(b: Backend, now: &str, symbol: &str, side: &str, qty: u32) -> Resp {
     let s = Server::start_on(b, &[("AIRLOCK_NOW", now)]);
     let t = s.trader();
@@ -28,11 +19,11 @@ async fn market_open_follows_the_globex_week_halts_and_holidays(b: Backend) {
     // Monday 09:00 CT: open, executable.
     let p = plan_at(b, "2026-11-23T15:00:00Z", "CLF27", "buy", 1).await;
     assert_eq!(p["executable"], true, "{:?}", p.body);
-    assert_eq!(check(&p, "market_open")["status"], "pass");
+    assert_eq!(p.check("market_open")["status"], "pass");
 
     // The daily halt, Monday 16:30 CT.
     let p = plan_at(b, "2026-11-23T22:30:00Z", "CLF27", "buy", 1).await;
-    let c = check(&p, "market_open");
+    let c = p.check("market_open");
     assert_eq!(
         (c["status"].as_str(), p["executable"].as_bool()),
         (Some("fail"), Some(false))
@@ -42,7 +33,7 @@ async fn market_open_follows_the_globex_week_halts_and_holidays(b: Backend) {
 
     // Saturday.
     let p = plan_at(b, "2026-11-21T18:00:00Z", "CLF27", "buy", 1).await;
-    let c = check(&p, "market_open");
+    let c = p.check("market_open");
     assert_eq!(c["status"], "fail");
     assert!(c["reason"].as_str().unwrap().contains("weekend"), "{c}");
     assert!(
@@ -55,7 +46,7 @@ async fn market_open_follows_the_globex_week_halts_and_holidays(b: Backend) {
 
     // Christmas Day, a full exchange holiday (a Friday in 2026).
     let p = plan_at(b, "2026-12-25T16:00:00Z", "CLG27", "buy", 1).await;
-    let c = check(&p, "market_open");
+    let c = p.check("market_open");
     assert_eq!(c["status"], "fail", "{c}");
     assert!(
         c["reason"]
@@ -68,14 +59,14 @@ async fn market_open_follows_the_globex_week_halts_and_holidays(b: Backend) {
 
     // Sunday 17:05 CT (23:05Z in November, CST): open again.
     let p = plan_at(b, "2026-11-22T23:05:00Z", "CLF27", "buy", 1).await;
-    assert_eq!(check(&p, "market_open")["status"], "pass", "{:?}", p.body);
+    assert_eq!(p.check("market_open")["status"], "pass", "{:?}", p.body);
 }
 
 both!(expired_contracts_and_the_close_only_window);
 async fn expired_contracts_and_the_close_only_window(b: Backend) {
     // CLZ26 stopped trading at 13:30 CT on Friday 2026-11-20.
     let p = plan_at(b, "2026-11-23T15:00:00Z", "CLZ26", "buy", 1).await;
-    let c = check(&p, "contract_not_expired");
+    let c = p.check("contract_not_expired");
     assert_eq!(c["status"], "fail");
     assert_eq!(
         c["reason"],
@@ -85,7 +76,7 @@ async fn expired_contracts_and_the_close_only_window(b: Backend) {
     // Ten minutes before the cut-off it still trades.
     let p = plan_at(b, "2026-11-20T19:20:00Z", "CLZ26", "sell", 1).await;
     assert_eq!(
-        check(&p, "contract_not_expired")["status"],
+        p.check("contract_not_expired")["status"],
         "pass",
         "{:?}",
         p.body
@@ -99,13 +90,13 @@ async fn expired_contracts_and_the_close_only_window(b: Backend) {
     let t = s.trader();
     let order = |side: &str, qty: u32| json!({"action_type": "order.submit.cl", "payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": side, "quantity": qty, "order_type": "market"}, "requested_by": "op-energy-trader"});
     let buy = t.post("/actions/plan", &order("buy", 1)).await;
-    let c = check(&buy, "expiry_window");
+    let c = buy.check("expiry_window");
     assert_eq!(c["status"], "fail", "{c}");
     assert!(c["reason"].as_str().unwrap().contains("holds +3"), "{c}");
     assert_eq!(buy["executable"], false);
     let sell = t.post("/actions/plan", &order("sell", 2)).await;
     assert_eq!(
-        check(&sell, "expiry_window")["status"],
+        sell.check("expiry_window")["status"],
         "pass",
         "{:?}",
         sell.body
@@ -113,7 +104,7 @@ async fn expired_contracts_and_the_close_only_window(b: Backend) {
     assert_eq!(sell["executable"], true, "{:?}", sell.body);
     // Selling more than the position would flip it: not reducing.
     let flip = t.post("/actions/plan", &order("sell", 5)).await;
-    assert_eq!(check(&flip, "expiry_window")["status"], "fail");
+    assert_eq!(flip.check("expiry_window")["status"], "fail");
 }
 
 both!(symbols_sizes_prices_and_order_types);
@@ -129,7 +120,7 @@ async fn symbols_sizes_prices_and_order_types(b: Backend) {
     };
     let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF7", "side": "buy", "quantity": 1, "order_type": "market"})).await;
     assert_eq!(p.status, 200);
-    let c = check(&p, "symbol_valid");
+    let c = p.check("symbol_valid");
     assert_eq!(c["status"], "fail");
     assert!(
         c["reason"].as_str().unwrap().contains("CLF27 or CLF2027"),
@@ -140,33 +131,33 @@ async fn symbols_sizes_prices_and_order_types(b: Backend) {
     assert_eq!(p["executable"], true);
     let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF40", "side": "buy", "quantity": 1, "order_type": "market"})).await;
     assert_eq!(
-        check(&p, "symbol_valid")["status"],
+        p.check("symbol_valid")["status"],
         "fail",
         "beyond the listed horizon"
     );
     let p = plan(json!({"account_id": "ACC-1", "symbol": "NGF27", "side": "buy", "quantity": 1, "order_type": "market"})).await;
-    assert_eq!(check(&p, "symbol_valid")["status"], "fail");
+    assert_eq!(p.check("symbol_valid")["status"], "fail");
 
     let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 11, "order_type": "market"})).await;
-    assert_eq!(check(&p, "max_order_size")["status"], "fail");
+    assert_eq!(p.check("max_order_size")["status"], "fail");
     let p = plan(json!({"account_id": "ACC-2", "symbol": "CLF27", "side": "buy", "quantity": 10, "order_type": "market"})).await;
     assert_eq!(
-        check(&p, "position_limit")["status"],
+        p.check("position_limit")["status"],
         "pass",
         "10 + 10 = 20 <= 50"
     );
     let p = plan(json!({"account_id": "ACC-4", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market"})).await;
     assert_eq!(
-        check(&p, "account_allowed")["status"],
+        p.check("account_allowed")["status"],
         "fail",
         "suspended account"
     );
 
     let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit", "limit_price": 68.455})).await;
-    assert_eq!(check(&p, "price_on_tick")["status"], "fail");
+    assert_eq!(p.check("price_on_tick")["status"], "fail");
     let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit", "limit_price": "-37.63"})).await;
     assert_eq!(
-        check(&p, "price_on_tick")["status"],
+        p.check("price_on_tick")["status"],
         "pass",
         "negative prices trade by default"
     );
@@ -177,13 +168,13 @@ async fn symbols_sizes_prices_and_order_types(b: Backend) {
     );
     let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "limit"})).await;
     assert_eq!(
-        check(&p, "order_type_valid")["status"],
+        p.check("order_type_valid")["status"],
         "fail",
         "limit needs a price"
     );
     let p = plan(json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market", "stop_price": 60})).await;
     assert_eq!(
-        check(&p, "order_type_valid")["status"],
+        p.check("order_type_valid")["status"],
         "fail",
         "market takes no price"
     );
@@ -205,24 +196,24 @@ async fn symbols_sizes_prices_and_order_types(b: Backend) {
     };
     assert_eq!(cancel("ORD-1003").await["executable"], true);
     assert_eq!(
-        check(&cancel("ORD-1001").await, "order_cancellable")["status"],
+        (cancel("ORD-1001").await).check("order_cancellable")["status"],
         "fail",
         "filled"
     );
     assert_eq!(
-        check(&cancel("ORD-1004").await, "order_exists")["status"],
+        (cancel("ORD-1004").await).check("order_exists")["status"],
         "fail",
         "on ACC-2"
     );
     assert_eq!(
-        check(&cancel("ORD-9999").await, "order_exists")["status"],
+        (cancel("ORD-9999").await).check("order_exists")["status"],
         "fail"
     );
     // Syncs: the account is active.
     let sync = t
         .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-4"}, "requested_by": "op-energy-trader"}))
         .await;
-    assert_eq!(check(&sync, "account_allowed")["status"], "fail");
+    assert_eq!(sync.check("account_allowed")["status"], "fail");
     let sync = t
         .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-2"}, "requested_by": "op-energy-trader"}))
         .await;
@@ -308,7 +299,7 @@ async fn the_policy_in_the_control_record_takes_effect_at_once(b: Backend) {
     r.assert_error(422, "policy_violation");
     assert_eq!(r.field(), "risk_checks/max_order_size");
     let q = t.plan_buy("CLF27", 3).await;
-    assert_eq!(check(&q, "max_order_size")["status"], "fail");
+    assert_eq!(q.check("max_order_size")["status"], "fail");
     assert!(q["policy_version"]
         .as_str()
         .unwrap()

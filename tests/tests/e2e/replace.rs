@@ -72,15 +72,6 @@ async fn open_buys(t: &Api) -> i64 {
     after.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-fn check<'a>(p: &'a Resp, name: &str) -> &'a Value {
-    p.body["risk_checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} check in {:?}", p.body))
-}
-
 both!(a_working_order_changes_up_down_and_in_price);
 async fn a_working_order_changes_up_down_and_in_price(b: Backend) {
     let s = Server::with_workers(b, &[]);
@@ -197,7 +188,7 @@ async fn bad_changes_are_refused_and_change_nothing(b: Backend) {
     .await;
     assert_eq!(p["executable"], false);
     assert_eq!(
-        check(&p, "order_replaceable")["status"],
+        p.check("order_replaceable")["status"],
         "fail",
         "{:?}",
         p.body
@@ -232,7 +223,7 @@ async fn a_partly_filled_order_changes_only_its_rest(b: Backend) {
     let p = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 1}))).await;
     assert_eq!(p["executable"], false);
     assert!(
-        check(&p, "order_replaceable")["reason"]
+        p.check("order_replaceable")["reason"]
             .as_str()
             .unwrap()
             .contains("2 filled"),
@@ -317,20 +308,10 @@ async fn the_position_limit_counts_only_what_the_change_adds(b: Backend) {
     s.cli(&["policy", "set", file.to_str().unwrap()]);
     // 2 -> 4 adds two: passes (counting the order twice, 2 + 4, would not).
     let p = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 4}))).await;
-    assert_eq!(
-        check(&p, "position_limit")["status"],
-        "pass",
-        "{:?}",
-        p.body
-    );
+    assert_eq!(p.check("position_limit")["status"], "pass", "{:?}", p.body);
     // 2 -> 5 adds three: fails.
     let p = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 5}))).await;
-    assert_eq!(
-        check(&p, "position_limit")["status"],
-        "fail",
-        "{:?}",
-        p.body
-    );
+    assert_eq!(p.check("position_limit")["status"], "fail", "{:?}", p.body);
     assert_eq!(p["executable"], false);
     // Two changes of +2 planned together: the first reserves its increase, the second
     // finds no room at execute.
@@ -372,17 +353,17 @@ async fn the_kill_switch_refuses_an_increase_and_passes_a_reduction(b: Backend) 
     assert_eq!(e["error"]["code"], "kill_switch_engaged");
     // Planned now: the increase and a price move fail the check; a reduction passes.
     let p = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 4}))).await;
-    assert_eq!(check(&p, "kill_switch")["status"], "fail");
+    assert_eq!(p.check("kill_switch")["status"], "fail");
     let p = plan(
         &t,
         "order.replace.cl",
         change(&id, json!({"limit_price": "65.50"})),
     )
     .await;
-    assert_eq!(check(&p, "kill_switch")["status"], "fail");
+    assert_eq!(p.check("kill_switch")["status"], "fail");
     let down = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 1}))).await;
     assert_eq!(
-        check(&down, "kill_switch")["status"],
+        down.check("kill_switch")["status"],
         "pass",
         "{:?}",
         down.body

@@ -33,15 +33,6 @@ fn order(side: &str, symbol: &str, qty: u32) -> Value {
     json!({ "account_id": "ACC-1", "symbol": symbol, "side": side, "quantity": qty, "order_type": "market" })
 }
 
-fn check<'a>(plan: &'a Resp, name: &str) -> &'a Value {
-    plan.body["risk_checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {:?}", plan.body))
-}
-
 fn names_check(r: &Resp, name: &str) -> bool {
     r.body["error"]["details"]
         .as_array()
@@ -106,7 +97,7 @@ async fn open_orders_count_against_the_position_limit(b: Backend) {
     // A new plan sees the open orders.
     let p = plan_order(&t, "op-energy-trader", order("buy", "CLH27", 1)).await;
     assert_eq!(p["executable"], false);
-    let c = check(&p, "position_limit");
+    let c = p.check("position_limit");
     assert_eq!(c["status"], "fail", "{c}");
     assert!(
         c["reason"]
@@ -206,7 +197,7 @@ async fn a_price_far_from_the_reference_fails_at_plan(b: Backend) {
         .await;
         assert_eq!(p.status, 200, "{price}: {:?}", p.body);
         assert_eq!(p["executable"], false, "{price}");
-        assert_eq!(check(&p, "price_band")["status"], "fail", "{price}");
+        assert_eq!(p.check("price_band")["status"], "fail", "{price}");
         assert!(p["confirmation_token"].is_null());
     }
 }
