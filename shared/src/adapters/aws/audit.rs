@@ -122,13 +122,14 @@ fn lost_the_head(e: &TransactError, head_index: usize, conflicts: bool) -> bool 
 }
 
 impl Aws {
-    /// A chain's head, read as execute's snapshot reads it (`BatchGetItem`, consistent):
-    /// one grant for every reader of heads.
     async fn chain_head(&self, chain: &str) -> StoreResult<Option<ChainHead>> {
-        let items = self
-            .batch_get(&self.names.audit_chains, "chain", &[chain.to_string()])
-            .await?;
-        items.first().map(head_from_item).transpose()
+        let Some(item) = self
+            .get(&self.names.audit_chains, &[("chain", s(chain))])
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(head_from_item(&item)?))
     }
 
     /// The record's put and its chain head's conditional put, linked after `head`; and the

@@ -2001,9 +2001,12 @@ fn every_function_has_its_own_role_and_only_the_planners_sign() {
             .filter(|s| s.effect == "Allow" && s.actions.iter().any(|a| a == "kms:Sign"))
             .map(|s| s.principal.clone())
             .collect();
-        // The audit checkpoints' key: the account's administrators only.
+        // The audit checkpoints' key: the account's administrators and the sweeper.
         let expected = if k.logical_id == "AuditSigningKey" {
-            vec![Some(PrincipalDef::Account)]
+            vec![
+                Some(PrincipalDef::Account),
+                Some(PrincipalDef::Role("SweeperRole".into())),
+            ]
         } else {
             planners.clone()
         };
