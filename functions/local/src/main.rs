@@ -10,7 +10,6 @@ macro_rules! out {
     ($($t:tt)*) => { $crate::out(format_args!($($t)*)) };
 }
 
-mod audit;
 mod check;
 mod commands;
 
@@ -92,14 +91,8 @@ enum Command {
         /// The policy JSON file (`set`); unknown fields are refused.
         file: Option<PathBuf>,
     },
-    /// Print the audit trail of a plan or action id, in time order; or `verify` the trail,
-    /// sign a `checkpoint`, `export-checkpoints` to a directory.
-    #[command(args_conflicts_with_subcommands = true)]
-    Audit {
-        id: Option<String>,
-        #[command(subcommand)]
-        action: Option<audit::AuditCommand>,
-    },
+    /// Print the audit trail of a plan or action id, in time order.
+    Audit { id: String },
     /// The paper broker's reference prices; `SYMBOL PRICE` sets one and fills working
     /// orders it crosses.
     Prices {
@@ -226,11 +219,7 @@ fn main() -> std::process::ExitCode {
             Command::Rollout { action_type, mode } => {
                 commands::rollout(cfg, backend, action_type, mode).await
             }
-            Command::Audit { id, action } => match (id, action) {
-                (_, Some(action)) => audit::run(cfg, backend, action).await,
-                (Some(id), None) => commands::audit(cfg, backend, &id).await,
-                (None, None) => Err("give a plan or action id, or a subcommand (verify, checkpoint, export-checkpoints)".into()),
-            },
+            Command::Audit { id } => commands::audit(cfg, backend, &id).await,
             Command::Queues { action, queue } => match action {
                 Some(_) => commands::redrive(cfg, backend, queue.as_deref()).await,
                 None => commands::queues(cfg, backend).await,

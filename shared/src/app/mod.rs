@@ -55,10 +55,6 @@ pub struct Ports {
     pub approvals: Arc<dyn crate::core::ports::ApprovalStore>,
     /// The plan rate, approval holds and once-only audit marks.
     pub limits: Arc<dyn crate::core::ports::limits::LimitStore>,
-    /// The audit trail's chains and checkpoints (`airlock audit verify`, checkpoints).
-    pub audit_chains: Arc<dyn crate::core::ports::audit::AuditChains>,
-    /// Signs audit checkpoints: a key of its own (`None`: none configured here).
-    pub audit_signer: Option<Arc<dyn Signer>>,
 }
 
 impl Ports {
@@ -85,8 +81,6 @@ impl Ports {
             paper,
             approvals: db.clone(),
             limits: db.clone(),
-            audit_chains: db.clone(),
-            audit_signer: None,
         }
     }
 }
@@ -284,15 +278,12 @@ impl AppState {
 pub mod files {
     pub const DEV_ISSUER_KEY: &str = "dev-issuer-key.pem";
     pub const CONFIRMATION_KEY: &str = "confirmation-signing-key.pem";
-    pub const AUDIT_KEY: &str = "audit-signing-key.pem";
     pub const CURSOR_KEY: &str = "cursor-mac.key";
     pub const POLICY: &str = "policy.json";
 }
 
 /// Key id of the local confirmation-token signer.
 pub const LOCAL_CONFIRMATION_KID: &str = "airlock-local-confirm-1";
-/// The key id of the embedded backend's audit checkpoint key.
-pub const LOCAL_AUDIT_KID: &str = "airlock-local-audit-1";
 
 /// The local dev issuer of the state dir (created on first use).
 pub fn dev_issuer(cfg: &Config) -> Result<DevIssuer, String> {
@@ -405,8 +396,6 @@ impl Ports {
             paper,
             approvals: a.clone(),
             limits: a.clone(),
-            audit_chains: a.clone(),
-            audit_signer: None,
         }
     }
 }
@@ -434,12 +423,14 @@ pub async fn aws(cfg: Config, clock: SharedClock, dev_issuer: bool) -> Result<Ap
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
     let auth = authenticator(&cfg, dev_issuer)?;
     let cursors = CursorCodec::new(cursor_key(&cfg)?);
-    let mut ports = Ports::aws(&aws, signer);
-    ports.audit_signer = Some(Arc::new(crate::adapters::aws::KmsSigner::new(
-        aws.kms.clone(),
-        &aws.names.audit_key_id,
-    )));
-    Ok(AppState::new(cfg, clock, auth, cursors, policy, ports))
+    Ok(AppState::new(
+        cfg,
+        clock,
+        auth,
+        cursors,
+        policy,
+        Ports::aws(&aws, signer),
+    ))
 }
 
 /// The embedded stack: SQLite in the state dir, local keys, the policy file if present.
@@ -450,17 +441,13 @@ pub fn embedded(cfg: Config, clock: SharedClock) -> Result<(AppState, Sqlite), S
     let cursor_key = cursor_key(&cfg)?;
     let policy = Policy::load_local(&cfg.state_dir.join(files::POLICY))?;
     let auth = authenticator(&cfg, true)?;
-    // The audit checkpoints' key: a key file of its own, never the confirmation key.
-    let audit_key = keys::load_or_create_p256(&cfg.state_dir.join(files::AUDIT_KEY))?;
-    let mut ports = Ports::sqlite(&db, signer);
-    ports.audit_signer = Some(Arc::new(LocalSigner::new(LOCAL_AUDIT_KID, &audit_key)?));
     let state = AppState::new(
         cfg,
         clock,
         auth,
         CursorCodec::new(cursor_key),
         policy,
-        ports,
+        Ports::sqlite(&db, signer),
     );
     Ok((state, db))
 }

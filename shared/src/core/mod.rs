@@ -2,7 +2,6 @@
 //! stored: the domain types, the risk policy, the records, the ports the adapters implement
 //! and the use cases the doors call.
 
-pub mod audit_chain;
 pub mod auth;
 pub mod clock;
 pub mod digest;

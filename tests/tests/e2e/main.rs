@@ -6,7 +6,6 @@
 mod access;
 mod actions;
 mod approvals;
-mod audit_chain;
 mod aws;
 mod browser_approvals;
 mod browser_harness;

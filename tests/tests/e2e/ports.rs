@@ -96,7 +96,12 @@ async fn env(backend: Backend) -> Env {
             }
             assert_eq!(shapes::QUEUES[0], shapes::ORDERS_QUEUE);
             let names = Names::resolve(&given, urls[0].clone(), urls[1].clone());
-            let aws = Aws::new(ddb, sqs, kms.clone(), Arc::new(names));
+            let aws = Aws {
+                ddb,
+                sqs,
+                kms: kms.clone(),
+                names: Arc::new(names),
+            };
             let signer: Arc<dyn Signer> =
                 Arc::new(KmsSigner::new(kms, &shapes::signing_key(&given)));
             Env {

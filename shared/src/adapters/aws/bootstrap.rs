@@ -417,12 +417,12 @@ async fn create_queue(
 
 async fn create_key(
     kms: &aws_sdk_kms::Client,
-    alias: &str,
-    description: &str,
+    given: &AwsConfig,
     key: &KeyDef,
     report: &mut Report,
 ) -> Result<(), String> {
-    if kms.describe_key().key_id(alias).send().await.is_ok() {
+    let alias = shapes::default_signing_alias(given);
+    if kms.describe_key().key_id(&alias).send().await.is_ok() {
         report.push(format!("key {alias}: exists"));
         return Ok(());
     }
@@ -430,7 +430,7 @@ async fn create_key(
         .create_key()
         .key_spec(KeySpec::from(key.key_spec.as_str()))
         .key_usage(KeyUsageType::from(key.key_usage.as_str()))
-        .description(description)
+        .description("Airlock confirmation-token signing key")
         .send()
         .await
         .map_err(|e| format!("CreateKey: {}", aws_error(&e)))?;
@@ -440,7 +440,7 @@ async fn create_key(
         .ok_or("CreateKey returned no key id")?;
     match kms
         .create_alias()
-        .alias_name(alias)
+        .alias_name(&alias)
         .target_key_id(&id)
         .send()
         .await
@@ -485,23 +485,7 @@ pub async fn bootstrap(given: &AwsConfig) -> Result<Report, String> {
         .keys
         .first()
         .ok_or("infra/template.yaml declares no KMS key")?;
-    create_key(
-        &kms,
-        &shapes::default_signing_alias(given),
-        "Airlock confirmation-token signing key",
-        key,
-        &mut report,
-    )
-    .await?;
-    // The audit checkpoints' key: the same shape, a key of its own.
-    create_key(
-        &kms,
-        &shapes::default_audit_alias(given),
-        "Airlock audit checkpoint signing key",
-        key,
-        &mut report,
-    )
-    .await?;
+    create_key(&kms, given, key, &mut report).await?;
     Ok(report)
 }
 

@@ -2,6 +2,7 @@
 //! as one `TransactWriteItems` whose cancellation reasons name the condition that failed.
 
 use super::actions::action_put;
+use super::audit::audit_put;
 use super::control::{control_from_item, control_shard, CONTROL_ID};
 use super::ddb::{self, idempotency_pk, n, opt_s, s, Item};
 use super::plans::plan_from_item;
@@ -259,7 +260,8 @@ fn commit_items(
         items.push(action_put(&n_.actions, a)?);
         kinds.push(Conflict::Key);
     }
-    // The audit record and its chain head follow (`transact_audited`).
+    items.push(audit_put(&n_.audit, &c.audit)?);
+    kinds.push(Conflict::Key);
     Ok((items, kinds))
 }
 
@@ -324,14 +326,6 @@ impl ExecuteLedger for Aws {
                 n_.rate_limits.clone(),
                 ask("operator_id", operator_id.to_string())?,
             ),
-            // The operator's audit chain head, for the commit's record (no round trip more).
-            (
-                n_.audit_chains.clone(),
-                ask(
-                    "chain",
-                    crate::core::audit_chain::operator_chain(operator_id),
-                )?,
-            ),
         ]);
         let mut got: HashMap<String, Vec<Item>> = HashMap::new();
         for attempt in 0..ddb::BATCH_TRIES {
@@ -375,9 +369,6 @@ impl ExecuteLedger for Aws {
         let plan = one(&n_.plans).map(|i| plan_from_item(&i)).transpose()?;
         let control = control_from_item(control_item)?;
         let rate = rate_from_item(operator_id, one(&n_.rate_limits).as_ref());
-        if let Some(h) = one(&n_.audit_chains) {
-            self.heads.keep(super::audit::head_of_item(&h)?);
-        }
         Ok(ExecuteSnapshot {
             key,
             plan,
@@ -393,11 +384,14 @@ impl ExecuteLedger for Aws {
         // after a lost reply succeeds as the original did (DynamoDB keeps it 10 minutes)
         // instead of failing on its own writes.
         match self
-            // A conflict goes back to execute, which reads again and decides again.
-            .transact_audited(&items, &c.audit, c.key.owner(), false, "execute")
-            .await?
+            .ddb
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .set_client_request_token(c.key.owner().map(String::from))
+            .send()
+            .await
         {
-            Ok(()) => Ok(CommitOutcome::Committed),
+            Ok(_) => Ok(CommitOutcome::Committed),
             Err(e) => match conflict_of(&kinds, &e) {
                 Some(conflict) => Ok(CommitOutcome::Conflict(conflict)),
                 None => Err(unavailable("TransactWriteItems execute", &e)),

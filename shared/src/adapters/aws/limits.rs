@@ -6,6 +6,7 @@
 //! an item whose `due` is counted on by single conditional updates, never in a transaction
 //! (so it conflicts with nothing). Every item carries `ttl`, so the table forgets them.
 
+use super::audit::audit_put;
 use super::ddb::{self, n, s};
 use super::ledger::{rate_from_item, RateExpr};
 use super::tables::built;
@@ -168,21 +169,15 @@ impl LimitStore for Aws {
         // `false`: the mark is live (the refusal was audited already). A transaction that
         // kept conflicting with another refusal's (which marks the same thing) is retried
         // with backoff, then fails as unavailable.
-        match self
-            .transact_audited(
-                &[TransactWriteItem::builder()
+        self.transact_if(
+            &[
+                TransactWriteItem::builder()
                     .update(built(mark.build())?)
-                    .build()],
-                audit,
-                None,
-                true,
-                "audit once",
-            )
-            .await?
-        {
-            Ok(()) => Ok(true),
-            Err(e) if condition_failure(&e).is_some() => Ok(false),
-            Err(e) => Err(unavailable("TransactWriteItems audit once", &e)),
-        }
+                    .build(),
+                audit_put(&self.names.audit, audit)?,
+            ],
+            "audit once",
+        )
+        .await
     }
 }

@@ -79,7 +79,6 @@ pub struct Names {
     pub idempotency: String,
     pub actions: String,
     pub audit: String,
-    pub audit_chains: String,
     pub control: String,
     pub rate_limits: String,
     pub paper_broker: String,
@@ -87,8 +86,6 @@ pub struct Names {
     pub orders_queue_url: String,
     pub jobs_queue_url: String,
     pub signing_key_id: String,
-    /// The key that signs audit checkpoints.
-    pub audit_key_id: String,
     /// The resource prefix, before the dead-letter queues' names.
     pub dead_letter_prefix: String,
     /// The dead-letter queues' URLs when the configuration gives them (a deployment);
@@ -106,10 +103,6 @@ pub struct Aws {
     pub sqs: aws_sdk_sqs::Client,
     pub kms: aws_sdk_kms::Client,
     pub names: Arc<Names>,
-    /// The audit chain heads this process last read or wrote ([`audit`]): execute's
-    /// snapshot reads its operator's head in the same round trip, and a chained write
-    /// starts from it (a stale one fails its condition and is read again).
-    pub(crate) heads: audit::Heads,
 }
 
 /// Every call's limits (see [`AwsConfig`]): per attempt, for the call with its retries, and
@@ -350,7 +343,6 @@ impl Names {
             idempotency: shapes::IDEMPOTENCY.name(given),
             actions: shapes::ACTIONS.name(given),
             audit: shapes::AUDIT.name(given),
-            audit_chains: shapes::AUDIT_CHAINS.name(given),
             control: shapes::CONTROL.name(given),
             rate_limits: shapes::RATE_LIMITS.name(given),
             paper_broker: shapes::PAPER_BROKER.name(given),
@@ -358,7 +350,6 @@ impl Names {
             orders_queue_url,
             jobs_queue_url,
             signing_key_id: shapes::signing_key(given),
-            audit_key_id: shapes::audit_key(given),
             dead_letter_prefix: given.resource_prefix.clone(),
             orders_dead_letter_url: given
                 .given(shapes::ORDERS_QUEUE.dead_letter_env)
@@ -413,24 +404,7 @@ impl Aws {
             sqs,
             kms,
             names: Arc::new(names),
-            heads: audit::Heads::default(),
         })
-    }
-
-    /// The stores on these clients and names (tests that make their own resources).
-    pub fn new(
-        ddb: aws_sdk_dynamodb::Client,
-        sqs: aws_sdk_sqs::Client,
-        kms: aws_sdk_kms::Client,
-        names: Arc<Names>,
-    ) -> Aws {
-        Aws {
-            ddb,
-            sqs,
-            kms,
-            names,
-            heads: audit::Heads::default(),
-        }
     }
 }
 

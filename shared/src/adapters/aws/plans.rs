@@ -1,6 +1,7 @@
 //! Plans on DynamoDB: the plans table; a plan is stored with its audit record in one
 //! transaction.
 
+use super::audit::audit_put;
 use super::ddb::{self, from_body, get_s, n, opt_s, s, Item};
 use super::{unavailable, Aws};
 use crate::core::auth::DeskScope;
@@ -73,15 +74,14 @@ impl PlanStore for Aws {
             .condition_expression("attribute_not_exists(plan_id)")
             .build()
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.transact_audited(
-            &[TransactWriteItem::builder().put(put).build()],
-            audit,
-            None,
-            true,
-            "plan",
-        )
-        .await?
-        .map_err(|e| unavailable("TransactWriteItems plan", &e))
+        self.ddb
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(audit_put(&self.names.audit, audit)?)
+            .send()
+            .await
+            .map_err(|e| unavailable("TransactWriteItems plan", &e))?;
+        Ok(())
     }
 
     async fn get_plan(&self, plan_id: &str) -> StoreResult<Option<PlanRecord>> {
@@ -138,20 +138,14 @@ impl PlanStore for Aws {
             .update_expression(expr)
             .build()
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        match self
-            .transact_audited(
-                &[TransactWriteItem::builder().update(up).build()],
-                audit,
-                None,
-                true,
-                "approval",
-            )
-            .await?
-        {
-            Ok(()) => Ok(true),
-            Err(e) if super::is_condition_failure(&e) => Ok(false),
-            Err(e) => Err(unavailable("TransactWriteItems approval", &e)),
-        }
+        self.transact_if(
+            &[
+                TransactWriteItem::builder().update(up).build(),
+                audit_put(&self.names.audit, audit)?,
+            ],
+            "TransactWriteItems approval",
+        )
+        .await
     }
 
     async fn list_awaiting_by_requester(

@@ -242,18 +242,6 @@ pub const AUDIT: Table = Table {
     ttl: None,
 };
 
-/// One item per audit chain: its head (`seq`, `hash`), moved by a conditional put in the
-/// transaction of each record appended to it (`core::audit_chain`).
-pub const AUDIT_CHAINS: Table = Table {
-    logical_id: "AuditChainsTable",
-    env: "AIRLOCK_AUDIT_CHAINS_TABLE",
-    default_name: "airlock-audit-chains",
-    partition: "chain",
-    sort: None,
-    indexes: &[],
-    ttl: None,
-};
-
 pub const CONTROL: Table = Table {
     logical_id: "ControlTable",
     env: "AIRLOCK_CONTROL_TABLE",
@@ -295,7 +283,6 @@ pub const TABLES: &[Table] = &[
     IDEMPOTENCY,
     ACTIONS,
     AUDIT,
-    AUDIT_CHAINS,
     CONTROL,
     RATE_LIMITS,
     PAPER_BROKER,
@@ -345,25 +332,6 @@ pub const SIGNING_KEY_ENV: &str = "AIRLOCK_SIGNING_KEY_ID";
 
 /// The signing key's alias, after `alias/` and the resource prefix.
 pub const SIGNING_ALIAS_NAME: &str = "airlock-confirmation";
-
-/// Environment variable naming the KMS key that signs audit checkpoints (id, ARN or alias).
-pub const AUDIT_KEY_ENV: &str = "AIRLOCK_AUDIT_KEY_ID";
-
-/// The audit key's alias, after `alias/` and the resource prefix.
-pub const AUDIT_ALIAS_NAME: &str = "airlock-audit";
-
-/// The audit key: `AIRLOCK_AUDIT_KEY_ID`, else the prefixed default alias.
-pub fn audit_key(names: &AwsConfig) -> String {
-    names
-        .given(AUDIT_KEY_ENV)
-        .map(String::from)
-        .unwrap_or_else(|| default_audit_alias(names))
-}
-
-/// The audit key's alias `airlock bootstrap` creates.
-pub fn default_audit_alias(names: &AwsConfig) -> String {
-    format!("alias/{}{AUDIT_ALIAS_NAME}", names.resource_prefix)
-}
 
 impl Table {
     /// The table's name: the one its variable gives, else the prefixed default.

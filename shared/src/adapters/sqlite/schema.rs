@@ -220,26 +220,6 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE orders ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE orders ADD COLUMN versions TEXT;
     "#,
-    // 11: the audit trail's hash chains (`core::audit_chain`): each record's link (its
-    // chain, its number there, the previous record's hash and its own), one head per chain,
-    // and the signed checkpoints. A chain never has two records at one number.
-    r#"
-    ALTER TABLE audit ADD COLUMN chain TEXT;
-    ALTER TABLE audit ADD COLUMN chain_seq INTEGER;
-    ALTER TABLE audit ADD COLUMN prev_hash TEXT;
-    ALTER TABLE audit ADD COLUMN hash TEXT;
-    CREATE UNIQUE INDEX audit_chain ON audit(chain, chain_seq) WHERE chain IS NOT NULL;
-    CREATE TABLE audit_chains (
-        chain TEXT PRIMARY KEY,
-        seq INTEGER NOT NULL,
-        hash TEXT NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE audit_checkpoints (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        at INTEGER NOT NULL,
-        body TEXT NOT NULL
-    );
-    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {

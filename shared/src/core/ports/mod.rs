@@ -3,7 +3,6 @@
 //! adapters on DynamoDB, SQS and KMS. Adapters stay dumb: they store, load and check the
 //! conditions they are given; every decision lives in `protocol`.
 
-pub mod audit;
 pub mod broker;
 pub mod limits;
 

@@ -4,7 +4,6 @@
 
 pub mod actions;
 pub mod approvals;
-pub mod audit;
 pub mod control;
 pub mod execute;
 pub mod limits;
