@@ -77,8 +77,9 @@ pub struct PlanRecord {
     pub expires_at: Millis,
     pub chat_context: serde_json::Value,
     pub request_id: String,
-    /// The reference price the plan's price band was checked against; execute re-checks
-    /// the band against it under the policy then in force.
+    /// The contract's reference price when the plan was made: what a limit or stop order's
+    /// price band was checked against (execute re-checks the band against it under the
+    /// policy then in force), and what the order is valued at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_price: Option<crate::core::domain::Price>,
     /// When the reference price was observed (`None`: no reference, or one of unknown age).

@@ -105,6 +105,11 @@ async fn an_operator_mode_plan_executes_only_after_the_passkey_approval(b: Backe
     );
     assert!(html.contains("data-state=\"pending\""));
     assert!(html.contains("chat-1"), "the chat that asked is shown");
+    // A market order's value, at the reference price the plan read (CLF27 at 68.40).
+    assert!(
+        html.contains("$68,400"),
+        "a market order's notional: {html}"
+    );
     let pending = c.get("/approvals").await.body["text"]
         .as_str()
         .unwrap()

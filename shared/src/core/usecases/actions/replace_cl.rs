@@ -517,10 +517,7 @@ async fn evaluate(cx: &PlanContext<'_>, r: OrderReplaceCl) -> Result<Evaluated, 
         normalized: NormalizedPayload::OrderReplaceCl(normalized),
         account,
         checks,
-        reference: match after.order_type {
-            OrderType::Market => None,
-            _ => quote,
-        },
+        reference: quote,
     })
 }
 

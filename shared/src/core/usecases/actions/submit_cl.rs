@@ -335,13 +335,9 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
     let contract = ClContract::parse(&o.symbol).ok();
     let exposure =
         order_inputs_exposure(state.positions.as_ref(), &account.account_id, contract).await?;
-    let pol = policy::in_force(&state.policy, control);
-    let wants_notional = pol.four_eyes_above_notional.is_some()
-        && pol.confirmation(ActionType::OrderSubmitCl) == policy::ConfirmationMode::Operator;
-    let price_now = match (o.order_type, wants_notional) {
-        (OrderType::Market, false) => None,
-        _ => reference_quote(state, contract).await?,
-    };
+    // Every order is valued at the reference price, which the plan records (the four-eyes
+    // rule, the approval page); only a limit or stop order's prices are banded around it.
+    let price_now = reference_quote(state, contract).await?;
     let reference = match o.order_type {
         OrderType::Market => None,
         _ => price_now,
@@ -381,7 +377,7 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
         normalized: NormalizedPayload::OrderSubmitCl(normalized),
         account,
         checks,
-        reference,
+        reference: price_now,
         notional: price_now.map(|q| notional(o.quantity.get(), q.price)),
     })
 }

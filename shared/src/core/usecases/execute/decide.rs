@@ -183,9 +183,9 @@ pub(super) fn confirmation_short_of(plan: &PlanRecord, pol: &Policy) -> Option<S
             ))
         }
         ConfirmationMode::Operator if actions::of(a).weighs_notional() && !plan.four_eyes => {
-            // The plan's notional as the plan measured it; a plan made without a four-eyes
-            // threshold kept none: measured at its reference price, and without one (a
-            // market order) the second person is the safe answer, as at plan time.
+            // The plan's notional as the plan measured it, at its reference price; without
+            // one (no reference price known) the second person is the safe answer, as at
+            // plan time.
             let notional = plan.notional.or_else(|| {
                 let terms = plan.normalized_payload.payload().order_terms()?;
                 let price = plan.reference_price?;
