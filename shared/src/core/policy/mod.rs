@@ -115,6 +115,22 @@ pub struct Policy {
     /// A position this many business days or fewer before its last trading day is
     /// `delivery` (fail): CL settles by physical delivery at Cushing.
     pub delivery_fail_business_days: u32,
+    /// A market or stop order goes to the broker as a limit this many dollars beyond the
+    /// reference price (above it for a buy, below for a sell): the protected limit the
+    /// person approves and `price_band` checks.
+    pub market_protection_points: Decimal,
+    /// A reference price older than this fails `price_band` (at plan, execute and the
+    /// worker); `None`: prices of any age pass.
+    pub max_quote_age_seconds: Option<u32>,
+    /// An account whose loss on the trading day (realized plus unrealized, USD) reaches
+    /// this is close-only until the next trading day (`daily_loss`); `None`: no limit.
+    pub max_daily_loss: Option<Decimal>,
+    /// Orders, changes and cancels an account may send in any `message_window_seconds`...
+    pub max_messages_per_window: u32,
+    /// ...the sliding window they are counted over...
+    pub message_window_seconds: u32,
+    /// ...and, once over, how long only cancels pass for that account.
+    pub message_lockout_seconds: u32,
 }
 
 /// How the human confirmation of an action type is given.
@@ -170,6 +186,12 @@ impl Default for Policy {
             flag_single_month_book: false,
             near_limit_warn_pct: Decimal::from(80),
             delivery_fail_business_days: 5,
+            market_protection_points: Decimal::new(50, 2),
+            max_quote_age_seconds: Some(300),
+            max_daily_loss: Some(Decimal::from(100_000)),
+            max_messages_per_window: 20,
+            message_window_seconds: 3,
+            message_lockout_seconds: 30,
         }
     }
 }
@@ -231,6 +253,28 @@ impl Policy {
         }
         if self.delivery_fail_business_days > 60 {
             return Err("delivery_fail_business_days must be at most 60".into());
+        }
+        if self.market_protection_points <= Decimal::ZERO
+            || self.market_protection_points > Decimal::from(1000)
+        {
+            return Err("market_protection_points must be more than 0 and at most 1000".into());
+        }
+        if self.max_quote_age_seconds == Some(0) {
+            return Err("max_quote_age_seconds must be at least 1 (null: no limit)".into());
+        }
+        if let Some(l) = self.max_daily_loss {
+            if l <= Decimal::ZERO {
+                return Err("max_daily_loss must be positive (null: no limit)".into());
+            }
+        }
+        if self.max_messages_per_window == 0 {
+            return Err("max_messages_per_window must be at least 1".into());
+        }
+        if !(1..=3600).contains(&self.message_window_seconds) {
+            return Err("message_window_seconds must be between 1 and 3600".into());
+        }
+        if self.message_lockout_seconds > 86_400 {
+            return Err("message_lockout_seconds must be at most 86400".into());
         }
         for k in self.confirmation.keys() {
             if k.parse::<ActionType>().is_err() {
