@@ -48,6 +48,7 @@ codes! {
     ActionDisabled => "action_disabled",
     PolicyViolation => "policy_violation",
     RateLimited => "rate_limited",
+    MessageThrottled => "message_throttled",
     OrdersBacklogged => "orders_backlogged",
     ApprovalRequired => "approval_required",
     PlanDeclined => "plan_declined",
@@ -84,6 +85,7 @@ impl Code {
                 | ActionDisabled
                 | PolicyViolation
                 | RateLimited
+                | MessageThrottled
                 | OrdersBacklogged
                 | ApprovalRequired
                 | PlanDeclined

@@ -12,5 +12,6 @@ pub mod parse;
 pub mod policy;
 pub mod ports;
 pub mod records;
+pub mod throttle;
 pub mod token;
 pub mod usecases;

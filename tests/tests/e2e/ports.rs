@@ -274,6 +274,7 @@ fn bare(key: &str) -> ExecuteCommit {
         account_active: None,
         rate: None,
         reserve: None,
+        messages: None,
         action: None,
         enqueue_group: None,
         audit: audit(key, None),

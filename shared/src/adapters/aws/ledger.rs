@@ -15,6 +15,7 @@ use crate::core::ports::{
     PlanChange,
 };
 use crate::core::records::{KeyRecord, RateState, RateUpdate};
+use crate::core::throttle::{MessageUpdate, MessageWindow};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -103,6 +104,56 @@ impl RateExpr {
             values,
         }
     }
+}
+
+/// An account's message window as stored under `id` (absent: empty).
+pub(super) fn messages_from_item(id: &str, item: Option<&Item>) -> MessageWindow {
+    let num = |k: &str| item.and_then(|i| ddb::opt_n(i, k)).unwrap_or(0);
+    MessageWindow {
+        id: id.to_string(),
+        bucket: num("bucket"),
+        count: num("count").clamp(0, u32::MAX as i64) as u32,
+        previous: num("previous").clamp(0, u32::MAX as i64) as u32,
+        locked_until: num("locked_until"),
+    }
+}
+
+/// One more message on an account's window, as the DynamoDB update of execute's
+/// transaction: the rate window's increment or roll-over ([`RateExpr`]), below the cap
+/// when there is one, and only while the account is not locked out when that is asked.
+fn messages_update(table: &str, u: &MessageUpdate) -> StoreResult<Update> {
+    let mut up = Update::builder()
+        .table_name(table)
+        .key("operator_id", s(u.id.clone()))
+        .expression_attribute_names("#c", "count")
+        .expression_attribute_names("#b", "bucket")
+        .expression_attribute_names("#ttl", "ttl")
+        .expression_attribute_values(":b", n(u.bucket))
+        .expression_attribute_values(":one", n(1))
+        .expression_attribute_values(":ttl", ddb::ttl_seconds(u.keep_until));
+    let mut condition = if u.is_increment() {
+        up = up.update_expression("SET #c = #c + :one, #ttl = :ttl");
+        match u.cap {
+            Some(cap) => {
+                up = up.expression_attribute_values(":cap", n(cap as i64));
+                "#b = :b AND #c < :cap".to_string()
+            }
+            None => "#b = :b".to_string(),
+        }
+    } else {
+        up = up
+            .update_expression("SET #b = :b, #c = :one, previous = :prev, #ttl = :ttl")
+            .expression_attribute_values(":prev", n(u.previous as i64))
+            .expression_attribute_values(":old", n(u.expected_bucket));
+        "(attribute_not_exists(#b) OR #b = :old)".to_string()
+    };
+    if let Some(now) = u.unlocked_at {
+        up = up
+            .expression_attribute_names("#lu", "locked_until")
+            .expression_attribute_values(":now", n(now));
+        condition.push_str(" AND (attribute_not_exists(#lu) OR #lu <= :now)");
+    }
+    built(up.condition_expression(condition).build())
 }
 
 /// What each item of a transaction guards, to name the failed condition.
@@ -254,6 +305,16 @@ fn commit_items(
                 .build(),
         );
         kinds.push(Conflict::Position);
+    }
+
+    // The account's message window: one more message, below the throttle's cap.
+    if let Some(u) = &c.messages {
+        items.push(
+            TransactWriteItem::builder()
+                .update(messages_update(&n_.rate_limits, u)?)
+                .build(),
+        );
+        kinds.push(Conflict::Messages);
     }
 
     if let Some(a) = &c.action {

@@ -4,11 +4,13 @@
 //! text, and a `version` for the conditional write); a refusal's mark is an item whose
 //! `expires_at` it lasts until, written in one transaction with its audit record; a pace is
 //! an item whose `due` is counted on by single conditional updates, never in a transaction
-//! (so it conflicts with nothing). Every item carries `ttl`, so the table forgets them.
+//! (so it conflicts with nothing); an account's message window is an item as a rate window
+//! (counted by execute's transaction) with its `locked_until`. Every item carries `ttl`, so
+//! the table forgets them.
 
 use super::audit::audit_put;
 use super::ddb::{self, n, s};
-use super::ledger::{rate_from_item, RateExpr};
+use super::ledger::{messages_from_item, rate_from_item, RateExpr};
 use super::tables::built;
 use super::{condition_failure, unavailable, Aws};
 use crate::core::domain::Millis;
@@ -147,6 +149,35 @@ impl LimitStore for Aws {
             Ok(_) => Ok(true),
             Err(e) if condition_failure(&e).is_some() => Ok(false),
             Err(e) => Err(unavailable("UpdateItem holds", &e)),
+        }
+    }
+
+    async fn messages(&self, id: &str) -> StoreResult<crate::core::throttle::MessageWindow> {
+        let item = self
+            .get(&self.names.rate_limits, &[("operator_id", s(id))])
+            .await?;
+        Ok(messages_from_item(id, item.as_ref()))
+    }
+
+    async fn lock_messages(&self, id: &str, until: Millis, keep_until: Millis) -> StoreResult<()> {
+        match self
+            .ddb
+            .update_item()
+            .table_name(&self.names.rate_limits)
+            .key("operator_id", s(id))
+            .update_expression("SET #lu = :until, #ttl = :ttl")
+            .condition_expression("attribute_not_exists(#lu) OR #lu < :until")
+            .expression_attribute_names("#lu", "locked_until")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":ttl", ddb::ttl_seconds(keep_until))
+            .send()
+            .await
+        {
+            // Locked out longer already: the lockout never moves back.
+            Ok(_) => Ok(()),
+            Err(e) if condition_failure(&e).is_some() => Ok(()),
+            Err(e) => Err(unavailable("UpdateItem message lockout", &e)),
         }
     }
 

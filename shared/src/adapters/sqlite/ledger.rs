@@ -19,6 +19,7 @@ use crate::core::ports::{
     PlanChange,
 };
 use crate::core::records::{KeyRecord, PlanStatus, RateState, RateUpdate};
+use crate::core::throttle::MessageWindow;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -101,6 +102,33 @@ pub(super) fn count_rate(tx: &Connection, u: &RateUpdate) -> StoreResult<()> {
     Ok(())
 }
 
+/// An account's message window (empty when none is stored), a row of the rate-limits table.
+pub(super) fn load_messages(c: &Connection, id: &str) -> StoreResult<MessageWindow> {
+    Ok(
+        match one_body(
+            c,
+            "SELECT body FROM rate_limits WHERE operator_id = ?",
+            &[&id],
+        )? {
+            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
+            None => MessageWindow {
+                id: id.to_string(),
+                ..MessageWindow::default()
+            },
+        },
+    )
+}
+
+pub(super) fn put_messages(tx: &Connection, w: &MessageWindow) -> StoreResult<()> {
+    let text = serde_json::to_string(w).map_err(json_err)?;
+    tx.run(
+        "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
+        params![w.id, w.bucket, text],
+    )
+    .map_err(db_err)?;
+    Ok(())
+}
+
 /// Checks every condition of `commit`; `Some(conflict)` means nothing may be written.
 pub(super) fn check(
     tx: &Connection,
@@ -164,6 +192,11 @@ pub(super) fn check(
     if let Some(u) = &commit.rate {
         if !rate_allows(tx, u)? {
             return Ok(Some(Conflict::Rate));
+        }
+    }
+    if let Some(u) = &commit.messages {
+        if !u.allowed_by(&load_messages(tx, &u.id)?) {
+            return Ok(Some(Conflict::Messages));
         }
     }
     if let Some(r) = &commit.reserve {
@@ -267,6 +300,9 @@ impl ExecuteLedger for Sqlite {
                 }
                 if let Some(r) = &commit.reserve {
                     add_open(tx, &r.delta)?;
+                }
+                if let Some(u) = &commit.messages {
+                    put_messages(tx, &u.applied_to(&load_messages(tx, &u.id)?))?;
                 }
                 if let (Some(a), Some(body)) = (&commit.action, &action_body) {
                     tx.run(

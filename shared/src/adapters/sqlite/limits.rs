@@ -1,10 +1,11 @@
 //! The limits port on SQLite: rows of the rate-limits table beside the execute rate's,
 //! each under its own id. A rate window is a row as execute's; held calls are one row per
 //! operator (the version in the `version` column); a refusal's mark is a row whose
-//! `version` is the instant it lasts until; a pace is a row whose `version` is its `due`.
+//! `version` is the instant it lasts until; a pace is a row whose `version` is its `due`; an
+//! account's message window is a row as a rate window, its lockout in the body.
 
 use super::audit::AuditRow;
-use super::ledger::{count_rate, load_rate, rate_allows};
+use super::ledger::{count_rate, load_messages, load_rate, put_messages, rate_allows};
 use super::rows::{one_body, Cached};
 use super::{db_err, json_err, Sqlite};
 use crate::core::domain::Millis;
@@ -89,6 +90,24 @@ impl LimitStore for Sqlite {
             )
             .map_err(db_err)?;
             Ok(true)
+        })
+        .await
+    }
+
+    async fn messages(&self, id: &str) -> StoreResult<crate::core::throttle::MessageWindow> {
+        let id = id.to_string();
+        self.read(move |c| load_messages(c, &id)).await
+    }
+
+    async fn lock_messages(&self, id: &str, until: Millis, _keep_until: Millis) -> StoreResult<()> {
+        let id = id.to_string();
+        self.write(move |tx| {
+            let mut w = load_messages(tx, &id)?;
+            if w.locked_until < until {
+                w.locked_until = until;
+                put_messages(tx, &w)?;
+            }
+            Ok(())
         })
         .await
     }

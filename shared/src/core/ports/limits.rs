@@ -1,7 +1,8 @@
 //! The limits port: what bounds an operator's load besides execute's own rate limit (which
 //! execute's atomic commit keeps itself): the plan rate, the `execute_plan` calls held for
 //! an approval, the marks that keep a repeated refusal out of the audit log, and the
-//! firm-wide pace of MCP's `execute_plan` calls. All of it
+//! firm-wide pace of MCP's `execute_plan` calls, and each account's message window (counted
+//! by execute's commit, locked out here). All of it
 //! lives where the execute rate does (the rate-limits table, keyed by an id per limit), so
 //! it holds across processes and Lambda instances alike.
 
@@ -80,6 +81,12 @@ pub trait LimitStore: Send + Sync {
     /// Stores `holds` under `id`, only if the stored version is still `expected` (0: none
     /// stored). `false`: it is not; nothing was written.
     async fn put_holds(&self, id: &str, holds: &Holds, expected: u64) -> StoreResult<bool>;
+    /// The message window kept under `id` (empty when none is stored).
+    async fn messages(&self, id: &str) -> StoreResult<crate::core::throttle::MessageWindow>;
+    /// Locks the message window kept under `id` out until `until`, unless it is locked out
+    /// longer already (the lockout never moves back). The record is kept until
+    /// `keep_until` at least.
+    async fn lock_messages(&self, id: &str, until: Millis, keep_until: Millis) -> StoreResult<()>;
     /// Appends `audit` and marks `id` until `until`, in one atomic write, only if no mark
     /// `id` is live at `now`. `false`: one is; nothing was written.
     async fn append_once(

@@ -242,6 +242,9 @@ pub struct ExecuteCommit {
     pub rate: Option<crate::core::records::RateUpdate>,
     /// The order's contracts, reserved against the position limit.
     pub reserve: Option<Reservation>,
+    /// One more message on the account's message window (conditional, see
+    /// [`crate::core::throttle::MessageUpdate`]).
+    pub messages: Option<crate::core::throttle::MessageUpdate>,
     pub action: Option<ActionRecord>,
     /// Queue the action's message in this same atomic write, in this message group,
     /// deduplicated on the action id: a transactional outbox. Only set for a ledger that
@@ -275,6 +278,7 @@ pub enum Conflict {
     Rate,
     Position,
     Account,
+    Messages,
 }
 
 /// Everything execute reads before it decides, in one round trip.

@@ -31,7 +31,7 @@ pub fn status_of(code: Code) -> StatusCode {
         SignInRequired => StatusCode::UNAUTHORIZED,
         CsrfRejected | ApprovalRefused => StatusCode::FORBIDDEN,
         EnrolmentNotFound => StatusCode::NOT_FOUND,
-        RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        RateLimited | MessageThrottled => StatusCode::TOO_MANY_REQUESTS,
         UpstreamUnavailable | OrdersBacklogged => StatusCode::SERVICE_UNAVAILABLE,
         Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -33,6 +33,7 @@ pub(super) async fn accept(
     control: &Control,
     rate: RateState,
     reserve: Option<Reservation>,
+    messages: Option<crate::core::throttle::MessageUpdate>,
     now: Millis,
 ) -> Result<Attempt, ApiError> {
     let st = ctx.state;
@@ -158,6 +159,7 @@ pub(super) async fn accept(
             .then(|| plan.account_id.clone()),
         rate: Some(rate.next(now, st.rate_per_minute)),
         reserve,
+        messages,
         action: Some(action.clone()),
         enqueue_group: in_commit.then(|| action.message.normalized_payload.message_group()),
         audit,

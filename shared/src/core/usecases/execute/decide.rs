@@ -8,6 +8,7 @@ pub(super) enum Verdict {
     Accept {
         rate: RateState,
         reserve: Option<Reservation>,
+        messages: Option<crate::core::throttle::MessageUpdate>,
     },
     /// `close`: the plan is closed (kill switch, rollout mode, policy re-check).
     Reject { error: ApiError, close: bool },
@@ -133,6 +134,8 @@ pub(super) async fn decide(
         AtExecute::Go(reserve) => reserve,
         AtExecute::Refuse(e) => return reject(e, true),
     };
+    // The account's message throttle: not a decision either (the plan stays executable).
+    let messages = super::throttle::messages(ctx, plan, control, now).await?;
     // Admission: not a decision either. An order accepted behind a deep queue would reach
     // the broker seconds after the operator confirmed it; refuse it now instead.
     if plan.action_type.is_order_submission() && !ctx.placed.load(Ordering::Relaxed) {
@@ -163,7 +166,11 @@ pub(super) async fn decide(
     ) {
         return Err(ctx.reject(e, Some(plan)).await);
     }
-    Ok(Verdict::Accept { rate, reserve })
+    Ok(Verdict::Accept {
+        rate,
+        reserve,
+        messages,
+    })
 }
 
 /// Why the confirmation this plan was given falls short of what the policy in force asks

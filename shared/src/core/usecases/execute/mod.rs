@@ -56,6 +56,7 @@ mod backlog;
 mod decide;
 mod dispatch;
 mod round;
+mod throttle;
 
 use accept::*;
 pub use backlog::Backlog;

@@ -165,8 +165,12 @@ pub(super) async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiEr
 
     // 4. Decide, then commit atomically.
     let verdict = match decide(ctx, &plan, &snap.control, snap.rate, now).await? {
-        Verdict::Accept { rate, reserve } => {
-            match accept(ctx, &plan, &snap.control, rate, reserve, now).await? {
+        Verdict::Accept {
+            rate,
+            reserve,
+            messages,
+        } => {
+            match accept(ctx, &plan, &snap.control, rate, reserve, messages, now).await? {
                 Attempt::Done(outcome) => return Ok(Some(outcome)),
                 Attempt::Retry => return Ok(None),
                 // The exposure left no room under us: explain with the full re-check.
@@ -217,6 +221,7 @@ pub(super) async fn round(ctx: &Ctx<'_>) -> Result<Option<ExecuteOutcome>, ApiEr
                 account_active: None,
                 rate: None,
                 reserve: None,
+                messages: None,
                 action: None,
                 enqueue_group: None,
                 audit: ctx.audit_rejection(now, &error, Some(&plan)),

@@ -79,6 +79,7 @@ pub fn api_doc() -> Api {
                 Code::PolicyViolation,
                 Code::PlanDeclined,
                 Code::RateLimited,
+                Code::MessageThrottled,
                 Code::OrdersBacklogged,
             ])
             .answers(202, "Queued: the workers carry out the action.", schema::<crate::core::usecases::execute::Accepted>)
