@@ -153,6 +153,7 @@ pub async fn load_demo(w: &dyn ReadModelWriter, now: Millis) -> StoreResult<()> 
         quantity: q,
         avg_price: p(px),
         updated_at: now - 3_600_000,
+        day_realized: None,
     };
     let positions = [
         pos("ACC-1", &c1, 3, "68.40"),

@@ -1201,6 +1201,7 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
         quantity: 1,
         avg_price: None,
         updated_at: now_ms,
+        day_realized: None,
     }]))
     .expect("extra position");
     let p10 = l.plan(&desk2, "positions.sync", json!({"account_id": "ACC-2"}));

@@ -140,6 +140,7 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
             terms: market_buy(account_id, SYMBOL, 1),
             contract_month: None,
             last_trade_date: None,
+            market_protection: None,
         }),
         payload_hash: "hash".into(),
         risk_checks: vec![],
@@ -608,6 +609,7 @@ async fn commit_reserves_only_what_fits(b: Backend) {
             quantity: 2,
             avg_price: None,
             updated_at: NOW,
+            day_realized: None,
         }])
         .await
         .unwrap();
@@ -994,6 +996,7 @@ fn pos(qty: i64, expected: Option<i64>) -> PositionChange {
             quantity: qty,
             avg_price: None,
             updated_at: NOW + qty,
+            day_realized: None,
         },
     }
 }
@@ -2479,6 +2482,7 @@ async fn a_sync_replaces_more_positions_than_one_transaction_holds(b: Backend) {
                 quantity: qty,
                 avg_price: None,
                 updated_at: NOW,
+                day_realized: None,
             })
             .collect()
     };
@@ -2601,6 +2605,7 @@ async fn a_sync_waits_for_a_claimed_order(b: Backend, created_claimed: bool) {
         quantity: 5,
         avg_price: None,
         updated_at: NOW,
+        day_realized: None,
     }];
     let replace = |before: &'static [Position]| PositionsReplacement {
         account_id: "ACC-W",

@@ -18,6 +18,12 @@ pub(super) fn position_row(r: &Row) -> rusqlite::Result<Position> {
         quantity: r.get(2)?,
         avg_price: price(r, 3)?,
         updated_at: r.get(4)?,
+        day_realized: match r.get_ref(5)?.as_str_or_null()? {
+            None => None,
+            Some(text) => Some(serde_json::from_str(text).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, e.into())
+            })?),
+        },
     })
 }
 
@@ -31,7 +37,7 @@ impl PositionStore for Sqlite {
     ) -> StoreResult<Vec<Position>> {
         let mut args = Vec::new();
         let mut sql = format!(
-            "SELECT p.account_id, p.symbol, p.quantity, p.avg_price, p.updated_at \
+            "SELECT p.account_id, p.symbol, p.quantity, p.avg_price, p.updated_at, p.day_realized \
              FROM positions p JOIN accounts a ON a.account_id = p.account_id WHERE {}",
             desk_clause(desks, "a.desk", &mut args)
         );
@@ -63,7 +69,7 @@ impl PositionStore for Sqlite {
         self.read(move |c| {
             query(
                 c,
-                "SELECT account_id, symbol, quantity, avg_price, updated_at FROM positions \
+                "SELECT account_id, symbol, quantity, avg_price, updated_at, day_realized FROM positions \
                  WHERE account_id = ? AND symbol = ?",
                 args,
                 position_row,
@@ -118,9 +124,15 @@ pub(super) fn add_open(c: &Connection, d: &ExposureDelta) -> StoreResult<()> {
 }
 
 pub(super) fn put_position(tx: &Connection, p: &Position) -> StoreResult<()> {
+    let day_realized = p
+        .day_realized
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(super::json_err)?;
     tx.prepare_cached(
-        "INSERT OR REPLACE INTO positions (account_id, symbol, quantity, avg_price, updated_at) \
-         VALUES (?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO positions (account_id, symbol, quantity, avg_price, updated_at, \
+         day_realized) VALUES (?, ?, ?, ?, ?, ?)",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -128,7 +140,8 @@ pub(super) fn put_position(tx: &Connection, p: &Position) -> StoreResult<()> {
             p.symbol,
             p.quantity,
             p.avg_price.map(|x| x.to_string()),
-            p.updated_at
+            p.updated_at,
+            day_realized
         ])
     })
     .map_err(db_err)?;

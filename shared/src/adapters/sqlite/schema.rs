@@ -220,6 +220,11 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE orders ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE orders ADD COLUMN versions TEXT;
     "#,
+    // 11: what a position's fills realized on their trading day (JSON: the day and the USD
+    // figure; NULL before its first closing fill), for the `daily_loss` check.
+    r#"
+    ALTER TABLE positions ADD COLUMN day_realized TEXT;
+    "#,
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {

@@ -20,4 +20,7 @@ pub struct Position {
     pub quantity: i64,
     pub avg_price: Option<Price>,
     pub updated_at: Millis,
+    /// What the position's fills realized on their trading day (the `daily_loss` check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub day_realized: Option<super::pnl::DayRealized>,
 }

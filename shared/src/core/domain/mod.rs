@@ -13,6 +13,7 @@ pub mod calendar;
 pub mod cl;
 pub mod fills;
 pub mod payload;
+pub mod pnl;
 pub mod portfolio;
 
 /// A closed set of values spelled as text in the API: the enum, its `ALL`, `as_str`,

@@ -5,6 +5,7 @@
 pub mod actions;
 pub mod approvals;
 pub mod control;
+pub mod day_pnl;
 pub mod execute;
 pub mod limits;
 pub mod plan;

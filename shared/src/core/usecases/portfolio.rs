@@ -64,12 +64,38 @@ pub struct PortfolioTotals {
     pub unpriced_positions: usize,
 }
 
+/// The account's P&L on the CME trading day and its daily loss budget (`daily_loss`).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct DayPnlView {
+    /// The trading day (CME trade date, `YYYY-MM-DD`): from the previous session's close
+    /// (16:00 CT) to this day's close; the evening session from 17:00 CT belongs to it.
+    pub trading_day: String,
+    /// USD realized by the day's fills: each contract a fill closed, against the
+    /// position's average entry price.
+    pub realized: String,
+    /// USD on the open positions: quantity x 1,000 x (reference price - average price).
+    pub unrealized: String,
+    /// `realized + unrealized`.
+    pub total: String,
+    /// The policy's `max_daily_loss` (USD); `null`: no limit.
+    pub max_daily_loss: Option<String>,
+    /// What is left of the limit: `max_daily_loss` minus the day's loss, never below 0;
+    /// `null` without a limit.
+    pub remaining: Option<String>,
+    /// The loss is at or beyond the limit: only orders that reduce a position without
+    /// flipping it pass until the next trading day.
+    pub close_only: bool,
+    /// Open positions left out of `unrealized` (no reference or average price).
+    pub unpriced: Vec<String>,
+}
+
 /// `GET /portfolio?account_id=`.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PortfolioView {
     pub account_id: String,
     pub positions: Vec<PositionValue>,
     pub totals: PortfolioTotals,
+    pub day_pnl: DayPnlView,
     /// When the reference prices were read (RFC 3339).
     pub as_of: String,
     pub price_source: &'static str,
@@ -253,6 +279,29 @@ impl Portfolios {
         Ok((accounts, valued))
     }
 
+    /// The account's P&L on the trading day under the policy in force.
+    async fn day_pnl(&self, account_id: &str) -> Result<DayPnlView, ApiError> {
+        let control = self.control.get_control().await?;
+        let limit = crate::core::policy::in_force(&self.policy, &control).max_daily_loss;
+        let p = super::day_pnl::account_day_pnl(
+            self.positions.as_ref(),
+            self.prices.as_ref(),
+            account_id,
+            self.clock.now(),
+        )
+        .await?;
+        Ok(DayPnlView {
+            trading_day: p.trading_day.to_string(),
+            realized: text(p.realized),
+            unrealized: text(p.unrealized),
+            total: text(p.total),
+            max_daily_loss: limit.map(text),
+            remaining: limit.map(|l| text(p.remaining(l))),
+            close_only: p.breaches(limit),
+            unpriced: p.unpriced,
+        })
+    }
+
     fn as_of(&self) -> String {
         rfc3339(self.clock.now_ms())
     }
@@ -266,6 +315,7 @@ impl Portfolios {
     ) -> Result<PortfolioView, ApiError> {
         let (_, book) = self.book(caller, Some(account_id)).await?;
         let t = portfolio::totals(&book);
+        let day_pnl = self.day_pnl(account_id).await?;
         Ok(PortfolioView {
             account_id: account_id.to_string(),
             positions: book
@@ -288,6 +338,7 @@ impl Portfolios {
                 unrealized_pnl: text(t.unrealized_pnl),
                 unpriced_positions: t.unpriced_positions,
             },
+            day_pnl,
             as_of: self.as_of(),
             price_source: PRICE_SOURCE,
         })

@@ -108,6 +108,7 @@ pub(crate) async fn record(
                 .unwrap_or((0, None));
             let (after, avg_after) =
                 crate::core::domain::fills::apply_fill(qty, avg, order.terms.side, q, price);
+            let day_realized = day_realized(current.as_ref(), order, q, price, now);
             Some(PositionChange {
                 expected: current.map(|p| p.quantity),
                 new: Position {
@@ -116,6 +117,7 @@ pub(crate) async fn record(
                     quantity: after,
                     avg_price: avg_after,
                     updated_at: now,
+                    day_realized,
                 },
             })
         }
@@ -136,6 +138,41 @@ pub(crate) async fn record(
         .store
         .advance_order(order, &next, change.as_ref(), settles)
         .await?)
+}
+
+/// The position's realized P&L of the trading day after a fill of `qty` at `price`,
+/// recorded at `now` (the day is the one the record is made in: the broker reports no
+/// fill times). A fill closing contracts of unknown average price realizes an unknown
+/// amount: counted as zero, with an error in the log.
+fn day_realized(
+    current: Option<&Position>,
+    order: &Order,
+    qty: u32,
+    price: crate::core::domain::Price,
+    now: Millis,
+) -> Option<crate::core::domain::pnl::DayRealized> {
+    use crate::core::domain::pnl;
+    let (quantity, avg) = current.map_or((0, None), |p| (p.quantity, p.avg_price));
+    let realized = pnl::realized_by_fill(quantity, avg, order.terms.side, qty, price)
+        .unwrap_or_else(|| {
+            tracing::error!(
+                order_id = %order.order_id,
+                quantity,
+                qty,
+                price = %price,
+                "a fill's realized P&L cannot be computed (no average price); counted as zero"
+            );
+            rust_decimal::Decimal::ZERO
+        });
+    let before = current.and_then(|p| p.day_realized.as_ref());
+    if realized.is_zero() && before.is_none() {
+        return None;
+    }
+    let day = pnl::trading_day(
+        crate::core::domain::calendar::ExchangeCalendar::cme(),
+        chrono::DateTime::from_timestamp_millis(now).unwrap_or_default(),
+    );
+    Some(pnl::DayRealized::add(before, day, realized))
 }
 
 pub(super) async fn reload(st: &Worker, order_id: &str) -> Result<Order, ApiError> {

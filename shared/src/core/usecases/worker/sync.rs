@@ -93,7 +93,7 @@ pub(crate) async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, Api
             });
         }
     }
-    let rows: Vec<Position> = broker
+    let mut rows: Vec<Position> = broker
         .iter()
         .filter(|p| p.quantity != 0)
         .map(|p| Position {
@@ -102,13 +102,29 @@ pub(crate) async fn sync(st: &Worker, msg: &QueueMessage) -> Result<Outcome, Api
             quantity: p.quantity,
             avg_price: p.avg_price,
             updated_at: now,
+            // The day's realized P&L stays with the position the broker still reports.
+            day_realized: before
+                .iter()
+                .find(|b| b.symbol == p.symbol)
+                .and_then(|b| b.day_realized),
         })
         .collect();
-    let result = serde_json::to_value(SyncResult {
-        positions: rows.len(),
-        changed,
-    })
-    .map_err(|e| ApiError::internal(format!("sync result: {e}")))?;
+    let positions = rows.len();
+    // A position the broker no longer reports keeps its row, flat, while it holds a
+    // realized P&L: the day's loss must not vanish with it.
+    let flat: Vec<Position> = before
+        .iter()
+        .filter(|b| b.day_realized.is_some() && !rows.iter().any(|r| r.symbol == b.symbol))
+        .map(|b| Position {
+            quantity: 0,
+            avg_price: None,
+            updated_at: now,
+            ..b.clone()
+        })
+        .collect();
+    rows.extend(flat);
+    let result = serde_json::to_value(SyncResult { positions, changed })
+        .map_err(|e| ApiError::internal(format!("sync result: {e}")))?;
     let done = Job {
         status: JobStatus::Succeeded,
         updated_at: now,
