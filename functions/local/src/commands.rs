@@ -41,7 +41,7 @@ fn clock(cfg: &Config) -> SharedClock {
     Arc::new(OffsetClock::starting_at_or_system(cfg.now))
 }
 
-fn list(s: &str) -> Vec<String> {
+pub fn list(s: &str) -> Vec<String> {
     s.split([',', ' '])
         .map(str::trim)
         .filter(|x| !x.is_empty())
@@ -80,7 +80,7 @@ pub fn token(cfg: Config, kind: TokenKind) -> Result<(), String> {
 }
 
 /// The state on the chosen backend; the embedded one seeds demo data into a new database.
-async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
+pub(crate) async fn state(cfg: Config, backend: Backend) -> Result<AppState, String> {
     match backend {
         Backend::Aws => app::aws(cfg.clone(), clock(&cfg), true).await,
         Backend::Embedded => {
@@ -252,7 +252,7 @@ async fn shutdown() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
-fn print_control(c: &airlock::core::records::Control) {
+pub(crate) fn print_control(c: &airlock::core::records::Control) {
     let state = if c.trade_execute_enabled {
         "released (trading enabled)"
     } else {
@@ -280,30 +280,11 @@ fn print_control(c: &airlock::core::records::Control) {
     }
 }
 
-fn who() -> String {
+pub(crate) fn who() -> String {
     format!(
         "cli:{}",
         std::env::var("USER").unwrap_or_else(|_| "unknown".into())
     )
-}
-
-pub async fn kill_switch(
-    cfg: Config,
-    backend: Backend,
-    action: &str,
-    reason: Option<String>,
-) -> Result<(), String> {
-    let state = state(cfg, backend).await?;
-    let store = state.ports.control.as_ref();
-    let now = state.clock.now_ms();
-    let c = match action {
-        "engage" => control::engage(store, &who(), reason, now).await,
-        "release" => control::release(store, &who(), now).await,
-        _ => store.get_control().await,
-    }
-    .map_err(|e| e.to_string())?;
-    print_control(&c);
-    Ok(())
 }
 
 pub async fn rollout(

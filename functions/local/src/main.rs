@@ -12,6 +12,7 @@ macro_rules! out {
 
 mod check;
 mod commands;
+mod kill_switch;
 
 use std::path::PathBuf;
 
@@ -65,13 +66,21 @@ enum Command {
         #[command(subcommand)]
         kind: commands::TokenKind,
     },
-    /// Engage, release or show the global kill switch.
+    /// Engage, release or show the global kill switch. Engaging stops new orders at every
+    /// gate and queues a cancel of every working order (of every account, or of
+    /// `--accounts`); `status` shows the switch and its last engagement's cancels.
     KillSwitch {
         #[arg(value_parser = ["engage", "release", "status"])]
         action: String,
         /// Why (recorded on the control record).
         #[arg(long)]
         reason: Option<String>,
+        /// Pull only these accounts' working orders (comma-separated; engage).
+        #[arg(long)]
+        accounts: Option<String>,
+        /// Engage without cancelling working orders.
+        #[arg(long)]
+        keep_working: bool,
     },
     /// Create the AWS tables, queues and signing key (at `AWS_ENDPOINT_URL`); safe twice.
     Bootstrap {
@@ -213,8 +222,18 @@ fn main() -> std::process::ExitCode {
                 .await
             }
             Command::Token { kind } => commands::token(cfg, kind),
-            Command::KillSwitch { action, reason } => {
-                commands::kill_switch(cfg, backend, &action, reason).await
+            Command::KillSwitch {
+                action,
+                reason,
+                accounts,
+                keep_working,
+            } => {
+                let opts = airlock::core::usecases::kill_switch::EngageOptions {
+                    reason,
+                    accounts: accounts.as_deref().map(commands::list),
+                    keep_working,
+                };
+                kill_switch::run(cfg, backend, &action, opts).await
             }
             Command::Rollout { action_type, mode } => {
                 commands::rollout(cfg, backend, action_type, mode).await

@@ -18,6 +18,7 @@ mod error_table;
 mod faults;
 mod idp;
 mod input_bounds;
+mod kill_switch;
 mod lambda;
 mod lambda_workers;
 mod limits;

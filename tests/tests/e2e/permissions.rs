@@ -1428,7 +1428,13 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     w.cli(
         true,
         &[],
-        &["kill-switch", "engage", "--reason", "permission proof"],
+        &[
+            "kill-switch",
+            "engage",
+            "--reason",
+            "permission proof",
+            "--keep-working",
+        ],
     );
     l.start("sweeper", 75);
     let swept = l.invoke(
@@ -1870,6 +1876,28 @@ fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
 fn tour_cli(w: &World, action: &Audited) {
     w.cli(true, &[], &["bootstrap"]);
     w.cli(true, &[], &["kill-switch", "status"]);
+    // The kill switch pulling working orders: of one account (its index queried), then of
+    // every account (the index scanned), each a cancel stored and sent as execute does.
+    let out = w.cli(
+        true,
+        &[],
+        &[
+            "kill-switch",
+            "engage",
+            "--reason",
+            "pull",
+            "--accounts",
+            "ACC-2",
+        ],
+    );
+    assert!(out.contains("cancel queued"), "{out}");
+    w.cli(
+        true,
+        &[],
+        &["kill-switch", "engage", "--reason", "pull all"],
+    );
+    w.cli(true, &[], &["kill-switch", "status"]);
+    w.cli(true, &[], &["kill-switch", "release"]);
     w.cli(true, &[], &["rollout"]);
     w.cli(true, &[], &["rollout", "positions.sync", "execute"]);
     w.cli(true, &[], &["queues"]);

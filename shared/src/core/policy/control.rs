@@ -43,6 +43,19 @@ pub struct Control {
     /// operators' changes never undo each other. 0: never written.
     #[serde(default)]
     pub version: u64,
+    /// The kill switch's current engagement, or its last one once released: an engage of
+    /// a released switch starts a new one, an engage of an engaged switch keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engagement: Option<Engagement>,
+}
+
+/// One engagement of the kill switch: the cancels it queues are
+/// named after its id, so engaging again while it lasts queues nothing twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Engagement {
+    pub id: String,
+    pub at: Millis,
+    pub by: String,
 }
 
 impl Default for Control {
@@ -58,6 +71,7 @@ impl Default for Control {
             reason: None,
             policy: None,
             version: 0,
+            engagement: None,
         }
     }
 }
@@ -75,5 +89,50 @@ impl Control {
     pub fn allows_execute(&self, a: ActionType) -> bool {
         (self.trade_execute_enabled || !a.is_order_submission())
             && self.mode(a) == RolloutMode::Execute
+    }
+
+    /// Engages the kill switch with `reason`. A released switch (or one engaged with no
+    /// engagement recorded) starts the engagement `id`, at `at`, by `by`; an engaged one
+    /// keeps the engagement it has, so engaging twice is one engagement.
+    pub fn engage(&mut self, id: &str, at: Millis, by: &str, reason: Option<String>) {
+        if self.trade_execute_enabled || self.engagement.is_none() {
+            self.engagement = Some(Engagement {
+                id: id.to_string(),
+                at,
+                by: by.to_string(),
+            });
+        }
+        self.trade_execute_enabled = false;
+        self.reason = reason;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engaging_an_engaged_switch_keeps_its_engagement_and_a_released_one_starts_anew() {
+        let mut c = Control::default();
+        c.engage("ks_1", 10, "cli:ann", Some("first".into()));
+        assert!(!c.trade_execute_enabled);
+        c.engage("ks_2", 20, "cli:bob", Some("again".into()));
+        let e = c.engagement.clone().unwrap();
+        assert_eq!(
+            (e.id.as_str(), e.at, e.by.as_str()),
+            ("ks_1", 10, "cli:ann")
+        );
+        assert_eq!(c.reason.as_deref(), Some("again"));
+        // Released, the engagement stays as the last one; the next engage starts a new one.
+        c.trade_execute_enabled = true;
+        c.engage("ks_3", 30, "cli:bob", None);
+        assert_eq!(c.engagement.unwrap().id, "ks_3");
+        // Engaged before engagements were recorded: the next engage records one.
+        let mut old = Control {
+            trade_execute_enabled: false,
+            ..Control::default()
+        };
+        old.engage("ks_4", 40, "cli:cy", None);
+        assert_eq!(old.engagement.unwrap().id, "ks_4");
     }
 }

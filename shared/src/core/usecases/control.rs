@@ -35,17 +35,16 @@ pub async fn update(
     ))
 }
 
+/// Engages the kill switch: a released switch starts a new engagement
+/// ([`Control::engage`]), an engaged one keeps its own.
 pub async fn engage(
     store: &dyn ControlStore,
     who: &str,
     reason: Option<String>,
     now: i64,
 ) -> StoreResult<Control> {
-    update(store, who, now, |c| {
-        c.trade_execute_enabled = false;
-        c.reason = reason.clone();
-    })
-    .await
+    let id = crate::core::domain::new_id("ks", now);
+    update(store, who, now, |c| c.engage(&id, now, who, reason.clone())).await
 }
 
 pub async fn release(store: &dyn ControlStore, who: &str, now: i64) -> StoreResult<Control> {

@@ -7,6 +7,7 @@ pub mod approvals;
 pub mod control;
 pub mod day_pnl;
 pub mod execute;
+pub mod kill_switch;
 pub mod limits;
 pub mod plan;
 pub mod portfolio;
