@@ -147,6 +147,7 @@ macro_rules! scenario {
 
 mod client;
 mod contract;
+mod daily_loss;
 mod execute;
 mod market;
 mod plans;
@@ -220,6 +221,7 @@ async fn check(args: CheckArgs) -> Result<bool, String> {
         }
     }
     reads(&ctx, &mut report, &mut found).await;
+    daily_loss::daily_loss(&ctx, &mut report, &found).await;
     scenario!(
         report,
         "paginate accounts (limit 1)",
