@@ -110,15 +110,20 @@ pub enum Gate {
     /// Counted by the commit with this update.
     Pass(MessageUpdate),
     /// Refused; nothing is counted.
-    Refuse {
-        /// When an order would pass again (the lockout's end, or the window's room).
-        retry_at: Millis,
-        /// The lockout this refusal starts: store it (`None`: the account was already
-        /// locked out, or the policy has no lockout).
-        lock_until: Option<Millis>,
-        /// The account was already locked out.
-        locked: bool,
-    },
+    Refuse(Refusal),
+}
+
+/// Why an order or a change was refused, and until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// When an order would pass again: the lockout's end and the window's room, whichever
+    /// is later.
+    pub retry_at: Millis,
+    /// The end of the lockout this refusal starts, to store (`None`: the account was locked
+    /// out already, or the policy has no lockout).
+    pub starts_lockout: Option<Millis>,
+    /// The end of the lockout the account was already in.
+    pub locked_until: Option<Millis>,
 }
 
 impl Throttle {
@@ -220,19 +225,19 @@ impl Throttle {
         }
         let room = self.room_at(w, now);
         if w.locked_until > now {
-            return Gate::Refuse {
+            return Gate::Refuse(Refusal {
                 retry_at: w.locked_until.max(room),
-                lock_until: None,
-                locked: true,
-            };
+                starts_lockout: None,
+                locked_until: Some(w.locked_until),
+            });
         }
         if room > now {
-            let lock_until = (self.lockout_ms > 0).then_some(now + self.lockout_ms);
-            return Gate::Refuse {
-                retry_at: lock_until.unwrap_or(room).max(room),
-                lock_until,
-                locked: false,
-            };
+            let starts = (self.lockout_ms > 0).then_some(now + self.lockout_ms);
+            return Gate::Refuse(Refusal {
+                retry_at: starts.unwrap_or(room).max(room),
+                starts_lockout: starts,
+                locked_until: None,
+            });
         }
         Gate::Pass(MessageUpdate {
             id: w.id.clone(),
@@ -246,29 +251,23 @@ impl Throttle {
     }
 
     /// 429 `message_throttled` for a refusal of [`Throttle::gate`] on `account_id`.
-    pub fn refusal(
-        &self,
-        account_id: &str,
-        now: Millis,
-        retry_at: Millis,
-        locked: bool,
-    ) -> ApiError {
-        let wait = ((retry_at - now).max(1) as u64).div_ceil(1000);
+    pub fn refusal(&self, account_id: &str, now: Millis, r: &Refusal) -> ApiError {
+        let wait = ((r.retry_at - now).max(1) as u64).div_ceil(1000);
         let over = format!(
             "{} orders, changes and cancels within {} s",
             self.limit,
             self.window_ms / 1000
         );
-        let message = if locked {
+        let message = if let Some(end) = r.locked_until {
             format!(
-                "Account {account_id} is locked out by the message throttle (over {over}) until {}; only cancels pass until then. Retry in {wait} s with the same idempotency key.",
-                human_time(retry_at)
+                "Account {account_id} is locked out by the message throttle ({over} reached) until {}; only cancels pass until then. Retry in {wait} s with the same idempotency key.",
+                human_time(end)
             )
-        } else if self.lockout_ms > 0 {
+        } else if let Some(end) = r.starts_lockout {
             format!(
                 "Account {account_id} reached {over} (the message throttle): it is locked out for {} s, until {}, and only cancels pass until then. Retry in {wait} s with the same idempotency key.",
                 self.lockout_ms / 1000,
-                human_time(retry_at)
+                human_time(end)
             )
         } else {
             format!(
@@ -301,7 +300,7 @@ mod tests {
                 );
                 Some(u.applied_to(w))
             }
-            Gate::Refuse { .. } => None,
+            Gate::Refuse(_) => None,
         }
     }
 
@@ -383,29 +382,36 @@ mod tests {
         for i in 0..5 {
             w = count(&t, &w, now, false).unwrap_or_else(|| panic!("order {i} passes"));
         }
-        let Gate::Refuse {
-            retry_at,
-            lock_until,
-            locked,
-        } = t.gate(&w, now, false)
-        else {
+        let Gate::Refuse(r) = t.gate(&w, now, false) else {
             panic!("the sixth is refused")
         };
+        let end = now + 30_000;
         assert_eq!(
-            (lock_until, locked, retry_at),
-            (Some(now + 30_000), false, now + 30_000)
+            r,
+            Refusal {
+                retry_at: end,
+                starts_lockout: Some(end),
+                locked_until: None
+            }
         );
-        let e = t.refusal("ACC-1", now, retry_at, locked);
+        let e = t.refusal("ACC-1", now, &r);
         assert_eq!((e.code, e.retry_after), (Code::MessageThrottled, Some(30)));
-        w.locked_until = now + 30_000;
+        assert!(e.message.contains("locked out for 30 s"), "{}", e.message);
+        w.locked_until = end;
         // During the lockout: orders refused (the lockout's end), cancels counted.
         let later = now + 10_000;
-        assert!(matches!(
-            t.gate(&w, later, false),
-            Gate::Refuse { retry_at, lock_until: None, locked: true } if retry_at == now + 30_000
-        ));
-        let e = t.refusal("ACC-1", later, now + 30_000, true);
-        assert_eq!(e.retry_after, Some(20));
+        let Gate::Refuse(r) = t.gate(&w, later, false) else {
+            panic!("locked out")
+        };
+        assert_eq!(
+            r,
+            Refusal {
+                retry_at: end,
+                starts_lockout: None,
+                locked_until: Some(end)
+            }
+        );
+        assert_eq!(t.refusal("ACC-1", later, &r).retry_after, Some(20));
         let w2 = count(&t, &w, later, true).expect("a cancel passes");
         assert_eq!(w2.locked_until, w.locked_until, "the lockout is kept");
         assert_eq!(t.estimate(&w2, later), 1.0);
@@ -422,18 +428,21 @@ mod tests {
             w = count(&t, &w, T0, true).expect("a cancel passes");
         }
         assert_eq!(w.count, 10);
-        let Gate::Refuse {
-            retry_at,
-            lock_until,
-            ..
-        } = t.gate(&w, T0, false)
-        else {
+        let Gate::Refuse(r) = t.gate(&w, T0, false) else {
             panic!("refused")
         };
         // No lockout in this policy: the window's own room. Ten in the previous bucket fall
         // below three once 70% of it has slid out: 2.1 s into the next bucket.
-        assert_eq!(lock_until, None);
-        assert_eq!(retry_at, T0 + 3_000 + 2_101);
+        assert_eq!((r.starts_lockout, r.locked_until), (None, None));
+        assert_eq!(r.retry_at, T0 + 3_000 + 2_101);
+        // A lockout shorter than the window's room: Retry-After is the room.
+        let Gate::Refuse(r) = throttle(3, 3, 1).gate(&w, T0, false) else {
+            panic!("refused")
+        };
+        assert_eq!(
+            (r.starts_lockout, r.retry_at),
+            (Some(T0 + 1_000), T0 + 5_101)
+        );
     }
 
     /// Concurrent orders that read the same window: the first commit's update makes the
@@ -449,7 +458,7 @@ mod tests {
         let updates: Vec<MessageUpdate> = (0..8)
             .map(|_| match t.gate(&read, T0 + 5, false) {
                 Gate::Pass(u) => u,
-                Gate::Refuse { .. } => panic!("room at the read"),
+                Gate::Refuse(_) => panic!("room at the read"),
             })
             .collect();
         let mut stored = read.clone();
@@ -469,7 +478,7 @@ mod tests {
         };
         let u = match t.gate(&old, T0 + 2_999, false) {
             Gate::Pass(u) => u,
-            Gate::Refuse { .. } => panic!("the old bucket has slid out"),
+            Gate::Refuse(_) => panic!("the old bucket has slid out"),
         };
         assert!(!u.is_increment());
         let rolled = u.applied_to(&old);

@@ -1384,11 +1384,11 @@ async fn bench_mcp(o: &Opts) -> Vec<Row> {
 }
 
 /// The bench's orders stay open while the workers are off, and position limits count open
-/// orders: a policy without a practical position limit keeps every pair executable, so the
-/// figures measure the protocol, not the limit.
+/// orders: a policy without a practical position limit (nor message throttle) keeps every
+/// pair executable, so the figures measure the protocol, not the limits.
 fn no_position_limit(s: &Server) {
     let file = s.state_dir.join("bench-policy.json");
-    std::fs::write(&file, r#"{"version": "bench", "max_position": 4000000000, "confirmation": {"order.submit.cl": "token"}}"#)
+    std::fs::write(&file, r#"{"version": "bench", "max_position": 4000000000, "max_messages_per_window": 4000000000, "confirmation": {"order.submit.cl": "token"}}"#)
         .expect("write the bench policy");
     s.cli(&["policy", "set", file.to_str().expect("utf-8 path")]);
 }
@@ -2267,6 +2267,7 @@ async fn bench_aws_calls(o: &Opts) -> Vec<Row> {
         NO_BACKLOG_LIMIT,
     ];
     let s = Server::start_on(airlock_tests::Backend::Aws, &env_off);
+    no_position_limit(&s);
     let service = s.service_token();
     let op = s.operator_token(TRADER, "trader", Some("energy"));
     let c = Client::new(&s, &service, TRADER, &op);

@@ -62,6 +62,7 @@ async fn aws_calls_per_operation() {
         queued[0],
         [
             "DynamoDB.BatchGetItem",
+            "DynamoDB.GetItem",
             "SQS.GetQueueAttributes",
             "DynamoDB.TransactWriteItems",
             "SQS.SendMessage"
@@ -72,10 +73,11 @@ async fn aws_calls_per_operation() {
         queued[1],
         [
             "DynamoDB.BatchGetItem",
+            "DynamoDB.GetItem",
             "DynamoDB.TransactWriteItems",
             "SQS.SendMessage"
         ],
-        "execute at its floor: one read, one atomic commit, one send; no KMS"
+        "an order's execute at its floor: one read, the account's message window, one atomic commit, one send; no KMS"
     );
     let replay = calls_of(&s, "POST", "/actions/execute", 200);
     assert_eq!(

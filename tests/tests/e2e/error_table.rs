@@ -92,6 +92,7 @@ fn common(
     if matches!(
         want,
         Code::RateLimited
+            | Code::MessageThrottled
             | Code::OrdersBacklogged
             | Code::UpstreamUnavailable
             | Code::IdempotencyKeyInFlight
@@ -604,6 +605,40 @@ async fn every_error_code_is_answered_as_the_document_says(b: Backend) {
         "a check that fails under the new policy",
         &r,
         Code::PolicyViolation,
+    );
+
+    // The message throttle: one message an hour on an account, no lockout. A cancel by
+    // another operator (this one used its execute of the minute) fills ACC-1's window.
+    set_policy(
+        &s,
+        "throttle.json",
+        r#"{"version": "error-table-throttle", "max_messages_per_window": 1, "message_window_seconds": 3600, "message_lockout_seconds": 0, "confirmation": {"order.submit.cl": "token"}}"#,
+    );
+    let head_trader = t.with_tokens(
+        &t.service,
+        &s.operator_token("op-head-trader", "head_trader", None),
+    );
+    let cancel = plan(
+        &head_trader,
+        &json!({ "action_type": "order.cancel", "requested_by": "op-head-trader",
+                 "payload": { "account_id": "ACC-1", "order_id": "ORD-1003" } }),
+    )
+    .await;
+    let r = head_trader
+        .post(
+            "/actions/execute",
+            &json!({ "plan_id": cancel["plan_id"], "confirmation_token": cancel["confirmation_token"],
+                     "idempotency_key": "k-cancel", "requested_by": "op-head-trader" }),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let p5 = plan(&t, &order("ACC-1", 1, "op-energy-trader")).await;
+    let r = t.execute(&p5, "k-throttled").await;
+    seen.api(
+        "executePlan",
+        "an account over its message throttle",
+        &r,
+        Code::MessageThrottled,
     );
 
     // A plan whose token expires before the next process starts.

@@ -32,6 +32,7 @@ mod ports;
 mod reads;
 mod replace;
 mod risk_controls;
+mod throttle;
 mod traces;
 mod worker_gates;
 mod workers;

@@ -138,8 +138,15 @@ async fn fuzz(b: Backend, max_examples: u32) {
         st.display()
     );
     // Token confirmation (the fuzzer plays the agent and the confirming caller), the
-    // market open, and rate limits the fuzzer's plans and executes do not reach.
-    let s = Stack::new(b).start(&[
+    // market open, and rate limits and a message throttle the fuzzer's plans and executes
+    // do not reach.
+    let stack = Stack::new(b);
+    std::fs::write(
+        stack.state_dir.join("policy.json"),
+        r#"{"confirmation": {"order.submit.cl": "token", "order.replace.cl": "token"}, "max_messages_per_window": 1000000000}"#,
+    )
+    .expect("policy.json");
+    let s = stack.start(&[
         ("AIRLOCK_NOW", MARKET_OPEN),
         ("AIRLOCK_EXECUTE_RATE_PER_MINUTE", "1000000"),
         ("AIRLOCK_PLAN_RATE_PER_MINUTE", "1000000"),

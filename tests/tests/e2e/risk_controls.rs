@@ -485,7 +485,9 @@ async fn random_interleavings_keep_the_limit_and_the_kill_switch(b: Backend) {
     );
     let file = write_policy(
         &s,
-        json!({ "version": "prop", "max_position": max, "max_order_size": 6 }),
+        // The message throttle is not what this test is about either.
+        json!({ "version": "prop", "max_position": max, "max_order_size": 6,
+                "max_messages_per_window": 1_000_000 }),
     );
     s.cli(&["policy", "set", &file]);
     s.cli(&["prices", "CLH27", "70.00"]);

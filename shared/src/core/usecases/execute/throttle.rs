@@ -25,17 +25,13 @@ pub(super) async fn messages(
     let cancel = plan.action_type == ActionType::OrderCancel;
     match throttle.gate(&window, now, cancel) {
         Gate::Pass(update) => Ok(Some(update)),
-        Gate::Refuse {
-            retry_at,
-            lock_until,
-            locked,
-        } => {
-            if let Some(until) = lock_until {
+        Gate::Refuse(refusal) => {
+            if let Some(until) = refusal.starts_lockout {
                 let keep = until + 2 * throttle.window_ms + 60_000;
                 st.limits.lock_messages(&id, until, keep).await?;
                 metrics::counter!(LOCKOUTS).increment(1);
             }
-            let e = throttle.refusal(&plan.account_id, now, retry_at, locked);
+            let e = throttle.refusal(&plan.account_id, now, &refusal);
             Err(ctx.reject(e, Some(plan)).await)
         }
     }
