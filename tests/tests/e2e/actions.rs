@@ -323,7 +323,13 @@ async fn kill_switch_closes_plans_and_takes_effect_on_a_running_server(b: Backen
     let s = start(b, &[]);
     let t = s.trader();
     let p = executable_plan(&t).await;
-    let out = s.cli(&["kill-switch", "engage", "--reason", "test drill"]);
+    let out = s.cli(&[
+        "kill-switch",
+        "engage",
+        "--reason",
+        "test drill",
+        "--keep-working",
+    ]);
     assert!(out.contains("ENGAGED"), "{out}");
     let r = t.execute(&p, "ks-1").await;
     r.assert_error(403, "kill_switch_engaged");

@@ -84,7 +84,13 @@ async fn scenario(s: &Server, t: &Api) -> String {
     );
     s.cli(&["rollout", "order.cancel", "plan_only"]);
     assert_eq!(codes(&t.execute(&cancel, "m-6").await), "action_disabled");
-    s.cli(&["kill-switch", "engage", "--reason", "metrics drill"]);
+    s.cli(&[
+        "kill-switch",
+        "engage",
+        "--reason",
+        "metrics drill",
+        "--keep-working",
+    ]);
     assert_eq!(codes(&t.execute(&b, "m-7").await), "kill_switch_engaged");
     // That rejection closed plan b: it cannot be executed any more.
     assert_eq!(codes(&t.execute(&b, "m-4").await), "plan_not_executable");

@@ -243,7 +243,13 @@ async fn the_sweeper_does_not_send_an_order_while_the_kill_switch_is_engaged(b: 
     let plan_id = p["plan_id"].as_str().unwrap().to_string();
     stack.cli(
         &[("AIRLOCK_NOW", MARKET_OPEN)],
-        &["kill-switch", "engage", "--reason", "incident 12"],
+        &[
+            "kill-switch",
+            "engage",
+            "--reason",
+            "incident 12",
+            "--keep-working",
+        ],
     );
     // Two minutes later the sweeper finds it unsent, with the switch engaged.
     let later = stack.start(&[("AIRLOCK_NOW", LATER), ("AIRLOCK_SWEEP_INTERVAL_MS", "100")]);
