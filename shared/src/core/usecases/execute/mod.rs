@@ -5,9 +5,10 @@
 //!    requester is 422, a live lease is 409, an expired lease is resumed;
 //! 3. verify the confirmation token locally;
 //! 4. one atomic commit: decide the key (naming this attempt as its owner), consume the
-//!    plan, check the control record and the rate limit, store the action, append the
-//!    audit record; on the embedded store, queue the message too (the queue is a table of
-//!    the same database: a transactional outbox, so step 5 has nothing left to send);
+//!    plan, check the control record, the rate limit and the account's message throttle
+//!    ([`crate::core::throttle`]), store the action, append the audit record; on the
+//!    embedded store, queue the message too (the queue is a table of the same database:
+//!    a transactional outbox, so step 5 has nothing left to send);
 //! 5. enqueue, and answer. Nothing is written after the send: a replay answers from the
 //!    committed key, and an action whose send was lost (a crash) is sent by the sweeper;
 //!    the queue deduplicates on the action id and workers are idempotent on it. A send that
@@ -15,7 +16,8 @@
 //!    sends at once.
 //!
 //! On the AWS backend that is three calls on a first execute (one `BatchGetItem`, one
-//! `TransactWriteItems`, one `SendMessage`) and two on a replay (the read and a `PutItem`
+//! `TransactWriteItems`, one `SendMessage`; an order, a change or a cancel also reads its
+//! account's message window, one `GetItem`) and two on a replay (the read and a `PutItem`
 //! of its audit record). On SQLite it is one read transaction and one write.
 //!
 //! Conditions that changed under us (another request won a race) make the commit a
