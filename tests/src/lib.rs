@@ -97,10 +97,13 @@ pub struct Stack {
 
 /// The policy a stack's processes start with (`policy.json` in the state dir): the
 /// defaults, except that new orders and changes of orders are confirmed with the plan's
-/// token, as the suites written for the token path expect. The approval suites use [`Stack::operator_mode`],
-/// which keeps the real default (a person approves new orders on the approval page).
-pub const TOKEN_MODE_POLICY: &str =
-    r#"{"confirmation": {"order.submit.cl": "token", "order.replace.cl": "token"}}"#;
+/// token, as the suites written for the token path expect, and reference prices have no
+/// age limit: the suites restart their stacks minutes or weeks later on the clock
+/// (`AIRLOCK_NOW`) with the prices seeded at the start, where a real market's feed would
+/// have refreshed them. The `prices` suite sets the age limit itself. The approval suites
+/// use [`Stack::operator_mode`], which keeps the real defaults (a person approves new
+/// orders on the approval page; prices older than 300 s fail).
+pub const TOKEN_MODE_POLICY: &str = r#"{"confirmation": {"order.submit.cl": "token", "order.replace.cl": "token"}, "max_quote_age_seconds": null}"#;
 
 impl Stack {
     pub fn new(backend: Backend) -> Stack {

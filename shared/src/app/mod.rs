@@ -180,6 +180,7 @@ impl AppState {
             audit: ports.audit.clone(),
             accounts: ports.accounts.clone(),
             positions: ports.positions.clone(),
+            prices: ports.prices.clone(),
             actions: ports.actions.clone(),
             dispatch: dispatch.clone(),
             approval_origin: config.approval_origin(),
@@ -212,6 +213,7 @@ impl AppState {
             control: ports.control.clone(),
             store: ports.workers.clone(),
             broker: ports.broker.clone(),
+            prices: ports.prices.clone(),
         });
         let sweeper = Sweeper {
             clock: clock.clone(),

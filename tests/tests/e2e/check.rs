@@ -79,7 +79,7 @@ fn check(s: &Server, extra: &[&str]) -> Run {
 }
 
 /// Every scenario the check runs without `--execute`.
-const GOLDEN: [&str; 22] = [
+const GOLDEN: [&str; 23] = [
     "health",
     "read accounts",
     "read positions",
@@ -93,6 +93,7 @@ const GOLDEN: [&str; 22] = [
     "paginate accounts",
     "paginate orders",
     "plan order.submit.cl",
+    "market protection and the price's age",
     "plan order.cancel",
     "plan positions.sync",
     "execute with a tampered token",

@@ -346,7 +346,14 @@ async fn the_kill_switch_refuses_an_increase_and_passes_a_reduction(b: Backend) 
     let id = working_buy(&t, 3, "rp-kill").await;
     let up = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 4}))).await;
     assert_eq!(up["executable"], true, "{:?}", up.body);
-    s.cli(&["kill-switch", "engage", "--reason", "replace drill"]);
+    // Engaged without pulling the working order: its changes are what is tested.
+    s.cli(&[
+        "kill-switch",
+        "engage",
+        "--reason",
+        "replace drill",
+        "--keep-working",
+    ]);
     // Planned before: refused at execute.
     let e = t.execute(&up, "rp-kill-up").await;
     assert_eq!(e.status, 403, "{:?}", e.body);

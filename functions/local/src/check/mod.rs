@@ -2,7 +2,8 @@
 //! (`airlock serve`) or deployed (API Gateway, HTTPS), with the caller's two tokens.
 //!
 //! Health; every read endpoint, with its documented shape; pagination to the end; a plan
-//! of each action type (the order plan must be executable); an execute with a tampered
+//! of each action type (the order plan must be executable), and a market order's protected
+//! limit with its reference price's age; an execute with a tampered
 //! confirmation token (422 `token_invalid`); a replayed rejection (the same answer twice);
 //! the error shape of five bad inputs; and, with `--execute` on a sandbox only (`GET
 //! /health` names the `paper` broker), one resting 1-lot limit order followed to a

@@ -48,6 +48,18 @@ pub(super) async fn plans(ctx: &Ctx, report: &mut Report, found: &mut Found) {
         }
     });
 
+    scenario!(report, "market protection and the price's age", async {
+        let account = account.clone().ok_or("no account to plan on")?;
+        let p = ctx
+            .plan(
+                "order.submit.cl",
+                one_lot_market_buy(&account, &symbol),
+                "plan-protected",
+            )
+            .await?;
+        protection(&p.body)
+    });
+
     scenario!(report, "plan order.cancel", async {
         let account = account.clone().ok_or("no account to plan on")?;
         let order = found
@@ -198,4 +210,43 @@ pub(super) async fn bad_inputs(ctx: &Ctx, report: &mut Report, found: &Found) {
 fn one_lot_market_buy(account: &str, symbol: &str) -> Value {
     json!({"account_id": account, "symbol": symbol, "side": "buy",
            "quantity": 1, "order_type": "market"})
+}
+
+/// A market buy's plan: sent as a limit the policy's points above the reference price
+/// (`normalized_payload.market_protection`), and a `price_band` that passes on a fresh
+/// price (its reason names the age) or fails naming why (stale, none).
+fn protection(plan: &Value) -> Outcome {
+    let n = &plan["normalized_payload"];
+    let band = plan["risk_checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "price_band"))
+        .ok_or("no price_band check in the plan")?;
+    let reason = band["reason"].as_str().unwrap_or("");
+    if band["status"] != "pass" {
+        return Err(format!("price_band {}: {reason}", band["status"]));
+    }
+    let m = &n["market_protection"];
+    if m["requested_type"] != "market" || n["order_type"] != "limit" {
+        return Err(format!(
+            "a market order is not sent as a protected limit: order_type {}, market_protection {m}",
+            n["order_type"]
+        ));
+    }
+    let dec = |v: &Value, what: &str| {
+        v.as_str()
+            .and_then(|s| airlock::core::domain::Price::parse(s).ok())
+            .map(|p| p.value())
+            .ok_or_else(|| format!("{what} is not a decimal: {v}"))
+    };
+    let (limit, from, points) = (
+        dec(&n["limit_price"], "limit_price")?,
+        dec(&m["from_price"], "market_protection.from_price")?,
+        dec(&m["points"], "market_protection.points")?,
+    );
+    if limit > from + points || limit < from {
+        return Err(format!(
+            "the protected limit {limit} is not within {points} above the reference {from}"
+        ));
+    }
+    Ok(format!("limit {limit} = {from} + up to {points}; {reason}"))
 }

@@ -71,7 +71,7 @@ pub use ids::{new_id, IdempotencyKey, Ident};
 pub use job::Job;
 pub use order::{first_version, Order, OrderTerms, OrderVersion};
 pub use price::{
-    optional_input_price, Price, MAX_PRICE_NUMBER, MIN_PRICE_NUMBER, PRICE_TEXT_PATTERN,
+    optional_input_price, Price, Quote, MAX_PRICE_NUMBER, MIN_PRICE_NUMBER, PRICE_TEXT_PATTERN,
 };
 pub use quantity::{optional_whole_u32, whole_number, Quantity};
 pub use requests::{OrderCancel, OrderSubmitCl, PositionsSync};

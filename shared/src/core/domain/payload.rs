@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ident, OrderSubmitCl, OrderTerms, Price, Quantity, TimeInForce};
+use super::{Ident, OrderSubmitCl, OrderTerms, OrderType, Price, Quantity, TimeInForce};
 
 /// The normalized `order.submit.cl` payload. `symbol` is canonical (`CLF27`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -14,6 +14,26 @@ pub struct NormalizedOrder {
     pub terms: OrderTerms,
     pub contract_month: Option<String>,
     pub last_trade_date: Option<String>,
+    /// Set when the request asked for a market or stop order: the terms above are the
+    /// protected order that goes to the broker (a limit, or a stop-limit), and this says
+    /// what was asked and where the protected limit comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub market_protection: Option<MarketProtection>,
+}
+
+/// How a market or stop order is bounded: sent as a limit `points` beyond `from_price` (above it
+/// for a buy, below for a sell), on the tick, never further.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MarketProtection {
+    /// What the request asked for: `market` (sent as `limit`) or `stop` (sent as
+    /// `stop_limit`).
+    pub requested_type: OrderType,
+    /// The price the protected limit is measured from: the reference price for a market
+    /// order, the stop price for a stop order.
+    pub from_price: Price,
+    /// The policy's `market_protection_points` (dollars per barrel).
+    pub points: Price,
 }
 
 impl NormalizedOrder {

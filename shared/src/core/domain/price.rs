@@ -7,6 +7,22 @@ use std::str::FromStr;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+/// A reference price and when it was observed (`None`: a price stored before prices
+/// carried their time, of unknown age).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quote {
+    pub price: Price,
+    pub observed_at: Option<super::Millis>,
+}
+
+impl Quote {
+    /// How old the quote is at `now`, in whole seconds (a quote stamped ahead of `now` by
+    /// another process's clock is 0 s old); `None`: its time is unknown.
+    pub fn age_seconds(&self, now: super::Millis) -> Option<i64> {
+        self.observed_at.map(|t| (now - t).max(0) / 1000)
+    }
+}
+
 /// A finite decimal price. Accepts a JSON number or a decimal string on input and always
 /// prints as a decimal string. Negative prices are valid numbers; policy decides if they trade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -7,9 +7,10 @@ use super::Policy;
 use super::{Control, RiskCheck, RolloutMode};
 use crate::core::domain::calendar::{chicago_label, ExchangeCalendar, MarketState};
 use crate::core::domain::cl::ClContract;
+use crate::core::domain::pnl::DayPnl;
 use crate::core::domain::{
-    Account, AccountStatus, ActionType, Exposure, Order, OrderSubmitCl, OrderType, Price, Side,
-    TimeInForce,
+    Account, AccountStatus, ActionType, Exposure, Order, OrderSubmitCl, OrderType, Price, Quote,
+    Side, TimeInForce,
 };
 
 /// Everything an `order.submit.cl` check looks at.
@@ -23,8 +24,11 @@ pub struct OrderInputs<'a> {
     pub contract: Option<ClContract>,
     /// The account's filled position and open orders in that contract.
     pub exposure: Exposure,
-    /// The reference price the price band is measured from, if one is known.
-    pub reference: Option<Price>,
+    /// The reference price the price band is measured from, with its time, if one is known.
+    pub reference: Option<Quote>,
+    /// The account's P&L on the trading day, for `daily_loss`; `None`: not measured (the
+    /// check passes, and a loss does not make the account close-only).
+    pub day_pnl: Option<&'a DayPnl>,
 }
 
 pub struct CancelInputs<'a> {
@@ -98,6 +102,7 @@ pub fn check_order_submit(i: &OrderInputs, account: &Account, control: &Control)
         symbol_allowed(i),
     ];
     out.extend(time_and_size_checks(i));
+    out.push(daily_loss(i));
     out.push(price_on_tick(i));
     out.push(price_band(i));
     out.push(order_type_valid(i));
@@ -113,6 +118,7 @@ pub fn recheck_order_at_execute(i: &OrderInputs) -> Vec<RiskCheck> {
     let mut out = recheck_order_without_position(i);
     out.push(expiry_window(i));
     out.push(position_limit(i));
+    out.push(daily_loss(i));
     out
 }
 
@@ -133,7 +139,8 @@ pub fn recheck_order_without_position(i: &OrderInputs) -> Vec<RiskCheck> {
 
 /// The checks the worker re-runs just before an order first goes to the broker, besides
 /// the kill switch and the position gate: anything that can change while an order waits
-/// in the queue (the policy's lists, the clock). The account's status is read apart.
+/// in the queue (the policy's lists, the clock, the reference price and its age). The
+/// account's status is read apart.
 pub fn recheck_at_worker(i: &OrderInputs) -> Vec<RiskCheck> {
     vec![
         account_listed(i.policy, i.account_id),
@@ -141,14 +148,19 @@ pub fn recheck_at_worker(i: &OrderInputs) -> Vec<RiskCheck> {
         contract_not_expired(i),
         market_open(i),
         max_order_size(i),
+        price_band(i),
     ]
 }
 
 /// How far the worst case on the order's side may go after the order: `max_position`
-/// each way, or zero in the close-only window (only orders that reduce the position
-/// without flipping it, even if every open order on that side fills).
+/// each way, or zero in the close-only window or past the daily loss limit (only orders
+/// that reduce the position without flipping it, even if every open order on that side
+/// fills).
 fn side_cap(i: &OrderInputs) -> i64 {
-    if in_close_only_window(i) {
+    if in_close_only_window(i)
+        || i.day_pnl
+            .is_some_and(|p| p.breaches(i.policy.max_daily_loss))
+    {
         0
     } else {
         i.policy.max_position as i64
@@ -346,6 +358,25 @@ pub fn expiry_window(i: &OrderInputs) -> RiskCheck {
     }
 }
 
+/// `daily_loss`: past the daily loss limit only orders that reduce the position without
+/// flipping it, counting open orders, pass (`super::daily_loss`).
+pub fn daily_loss(i: &OrderInputs) -> RiskCheck {
+    let (limit, reduces) = (i.policy.max_daily_loss, reduces_position(i));
+    super::daily_loss::check(limit, i.day_pnl, i.account_id, reduces, &exposure_text(i))
+}
+
+/// The worker's `daily_loss` before the broker, with this order's own contracts already
+/// counted in `i.exposure` (reserved at execute). `Err`: why.
+pub fn daily_loss_gate(i: &OrderInputs) -> Result<(), String> {
+    let reduces = match i.order.side {
+        Side::Buy => i.exposure.worst_long() <= 0,
+        Side::Sell => i.exposure.worst_short() >= 0,
+    };
+    let (limit, side) = (i.policy.max_daily_loss, i.order.side);
+    let text = exposure_text(i);
+    super::daily_loss::gate(limit, i.day_pnl, i.account_id, side, reduces, &text)
+}
+
 pub fn market_open(i: &OrderInputs) -> RiskCheck {
     match i.calendar.market_state(i.now) {
         MarketState::Open { closes_at } => RiskCheck::pass(
@@ -416,22 +447,48 @@ fn order_prices<'a>(i: &OrderInputs<'a>) -> Vec<(&'static str, Price)> {
     .collect()
 }
 
-/// Limit and stop prices within the policy's band around the reference price. Checked
+/// Limit and stop prices within the policy's band around a fresh reference price. The
+/// reference must be known and no older than `max_quote_age_seconds` for any order: it
+/// bands the order's prices, protects a market order, and values every order. Checked
 /// arithmetic throughout: a price near the decimal limits fails the check, never panics.
 pub fn price_band(i: &OrderInputs) -> RiskCheck {
+    const NAME: &str = "price_band";
     let prices = order_prices(i);
-    if prices.is_empty() {
-        return RiskCheck::pass("price_band", "no price to check");
-    }
-    let Some(reference) = i.reference else {
-        return RiskCheck::fail(
-            "price_band",
-            format!(
-                "no reference price for {}, so its prices cannot be checked",
-                i.order.symbol
+    let symbol = &i.order.symbol;
+    let Some(quote) = i.reference else {
+        return match (i.order.order_type, prices.is_empty()) {
+            (OrderType::Market, _) => RiskCheck::fail(
+                NAME,
+                format!("no reference price for {symbol}, so a market order cannot be protected (sent as a limit within market_protection_points of it); it is not sent"),
             ),
-        );
+            (_, true) => RiskCheck::pass(NAME, "no price to check"),
+            (_, false) => RiskCheck::fail(
+                NAME,
+                format!("no reference price for {symbol}, so its prices cannot be checked"),
+            ),
+        };
     };
+    let reference = quote.price;
+    let age = quote.age_seconds(i.now.timestamp_millis());
+    if let Some(max) = i.policy.max_quote_age_seconds {
+        let refresh =
+            format!("refresh the market data (paper broker: `airlock prices {symbol} PRICE`)");
+        match age {
+            None => {
+                return RiskCheck::fail(
+                    NAME,
+                    format!("the reference price of {symbol} ({reference}) has no time, so it cannot be shown fresh (max_quote_age_seconds {max}); {refresh}"),
+                )
+            }
+            Some(a) if a > i64::from(max) => {
+                return RiskCheck::fail(
+                    NAME,
+                    format!("the reference price of {symbol} ({reference}) is {a} s old, older than max_quote_age_seconds {max}; {refresh}"),
+                )
+            }
+            Some(_) => {}
+        }
+    }
     let r = reference.value();
     let band = r
         .abs()
@@ -444,7 +501,7 @@ pub fn price_band(i: &OrderInputs) -> RiskCheck {
             (Some(d), Some(b)) if d <= b => {}
             _ => {
                 return RiskCheck::fail(
-                    "price_band",
+                    NAME,
                     format!(
                         "{name} {p} is more than {}% (at least {}) away from the reference price {reference}",
                         i.policy.price_band_pct, i.policy.price_band_min
@@ -453,13 +510,19 @@ pub fn price_band(i: &OrderInputs) -> RiskCheck {
             }
         }
     }
-    RiskCheck::pass(
-        "price_band",
+    let observed = match age {
+        Some(a) => format!("observed {a} s ago"),
+        None => "of unknown age".into(),
+    };
+    let what = if prices.is_empty() {
+        "no price to check; the reference price is".to_string()
+    } else {
         format!(
-            "prices within {}% of the reference price {reference}",
+            "prices within {}% of the reference price",
             i.policy.price_band_pct
-        ),
-    )
+        )
+    };
+    RiskCheck::pass(NAME, format!("{what} {reference} ({observed})"))
 }
 
 pub fn price_on_tick(i: &OrderInputs) -> RiskCheck {
@@ -647,6 +710,7 @@ mod tests {
                     contract: ClContract::parse("CLF27").ok(),
                     exposure: Exposure { position: pos, open_buy, open_sell },
                     reference: None,
+                    day_pnl: None,
                 };
                 let checks_pass = !position_limit(&i).failed() && !expiry_window(&i).failed();
                 let bound = reservation_bound(&i);
@@ -685,6 +749,7 @@ mod tests {
             let at_plan = OrderInputs {
                 policy: &policy, calendar: cal, now, account_id: "ACC-1", order: &o,
                 contract: ClContract::parse("CLF27").ok(), exposure: before, reference: None,
+                day_pnl: None,
             };
             let at_worker = OrderInputs { exposure: reserved, ..at_plan };
             let checks_pass = !position_limit(&at_plan).failed() && !expiry_window(&at_plan).failed();
@@ -705,9 +770,16 @@ mod tests {
             order: o,
             contract: ClContract::parse("CLF27").ok(),
             exposure: Exposure::default(),
-            reference: reference.map(|r| Price::new(r.parse().unwrap())),
+            reference: reference.map(|r| Quote {
+                price: Price::new(r.parse().unwrap()),
+                observed_at: Some(NOW_MS - 10_000),
+            }),
+            day_pnl: None,
         }
     }
+
+    /// 2026-11-23T15:00:00Z, the `now` of [`inputs`].
+    const NOW_MS: i64 = 1_795_446_000_000;
 
     #[test]
     fn price_band_is_checked_without_overflow() {
@@ -732,8 +804,61 @@ mod tests {
                 c.reason
             );
         }
+        // A market order without a reference price cannot be protected: it fails.
         o.order_type = OrderType::Market;
         o.limit_price = None;
-        assert!(!price_band(&inputs(&policy, &o, None)).failed());
+        let c = price_band(&inputs(&policy, &o, None));
+        assert!(
+            c.failed() && c.reason.contains("cannot be protected"),
+            "{}",
+            c.reason
+        );
+    }
+
+    #[test]
+    fn a_stale_or_timeless_reference_price_fails_the_band_with_its_age() {
+        let policy = Policy {
+            max_quote_age_seconds: Some(60),
+            ..Policy::default()
+        };
+        let mut o = order(Side::Buy, 1);
+        o.order_type = OrderType::Limit;
+        o.limit_price = Some(Price::new("70.00".parse().unwrap()));
+        let mut i = inputs(&policy, &o, Some("70.00"));
+        assert_eq!(i.now.timestamp_millis(), NOW_MS);
+        let at = |i: &mut OrderInputs, observed_at: Option<i64>| {
+            if let Some(q) = i.reference.as_mut() {
+                q.observed_at = observed_at;
+            }
+            price_band(i)
+        };
+        let fresh = at(&mut i, Some(NOW_MS - 60_000));
+        assert!(
+            !fresh.failed() && fresh.reason.contains("observed 60 s ago"),
+            "{}",
+            fresh.reason
+        );
+        // Stamped ahead of this clock (another process's): as fresh as now.
+        assert!(!at(&mut i, Some(NOW_MS + 5_000)).failed());
+        let stale = at(&mut i, Some(NOW_MS - 61_000));
+        assert!(
+            stale.failed() && stale.reason.contains("61 s old"),
+            "{}",
+            stale.reason
+        );
+        let timeless = at(&mut i, None);
+        assert!(
+            timeless.failed() && timeless.reason.contains("has no time"),
+            "{}",
+            timeless.reason
+        );
+        // No age limit: any age passes.
+        let open = Policy {
+            max_quote_age_seconds: None,
+            ..Policy::default()
+        };
+        i.policy = &open;
+        assert!(!at(&mut i, None).failed());
+        assert!(!at(&mut i, Some(NOW_MS - 86_400_000)).failed());
     }
 }

@@ -5,6 +5,8 @@
 
 pub mod checks;
 mod control;
+pub mod daily_loss;
+pub mod protection;
 
 pub use checks::{
     check_order_cancel, check_order_submit, check_positions_sync, position_gate, recheck_at_worker,
@@ -12,6 +14,7 @@ pub use checks::{
     OrderInputs,
 };
 pub use control::{Control, RolloutMode};
+pub use protection::{protect, protected_limit};
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -683,13 +683,7 @@ pub struct PaperDoc {
     pub expected_version: u64,
 }
 
-/// A reference price and when it was observed (`None`: a price stored before prices
-/// carried their time, of unknown age).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Quote {
-    pub price: crate::core::domain::Price,
-    pub observed_at: Option<crate::core::domain::Millis>,
-}
+pub use crate::core::domain::Quote;
 
 /// Reference prices (the paper broker's price table; a market data feed in production): the
 /// price-band check compares a limit or stop price with them.

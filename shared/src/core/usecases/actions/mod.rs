@@ -138,9 +138,9 @@ pub trait Action: Send + Sync {
     }
 
     /// At execute, after the plan, token, kill switch and rollout gates: the checks of
-    /// this type that can change since the plan, under the policy in force now, and the
-    /// contracts the atomic step reserves.
-    fn at_execute(
+    /// this type that can change since the plan, under the policy in force now and at the
+    /// reference price read now, and the contracts the atomic step reserves.
+    async fn at_execute(
         &self,
         _ex: &Executor,
         _plan: &PlanRecord,

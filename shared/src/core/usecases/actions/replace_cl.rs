@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::submit_cl::{concentration_check, reference_quote, tif_words};
+use super::submit_cl::{concentration_check, quote_now, reference_quote, tif_words};
 use super::{
     notional, Action, AtExecute, Claimed, Field, PayloadType, PlanContext, PlanTool, Worked,
 };
@@ -20,6 +20,7 @@ use crate::core::domain::cl::ClContract;
 use crate::core::domain::payload::{
     NormalizedOrder, NormalizedPayload, NormalizedReplace, Payload, Replaced,
 };
+use crate::core::domain::pnl::DayPnl;
 use crate::core::domain::{
     optional_input_price, ActionStatus, ActionType, Exposure, ExposureDelta, Ident, Order,
     OrderStatus, OrderSubmitCl, OrderTerms, OrderType, Price, Quantity, Side, TimeInForce,
@@ -29,7 +30,7 @@ use crate::core::parse::from_value;
 use crate::core::policy::checks as check;
 use crate::core::policy::{self, OrderInputs, Policy};
 use crate::core::ports::broker::{ReplaceOutcome, Replacement};
-use crate::core::ports::{ActionMove, Reservation};
+use crate::core::ports::{ActionMove, Quote, Reservation};
 use crate::core::records::{ActionRecord, Control, PlanRecord, QueueMessage, RiskCheck};
 use crate::core::usecases::execute::{policy_violation, Executor};
 use crate::core::usecases::plan::Evaluated;
@@ -117,7 +118,7 @@ impl Action for ReplaceCl {
         }
     }
 
-    fn at_execute(
+    async fn at_execute(
         &self,
         ex: &Executor,
         plan: &PlanRecord,
@@ -130,14 +131,9 @@ impl Action for ReplaceCl {
         }
         let pol = policy::in_force(&ex.policy, control);
         let whole = as_request(&r.order, r.order.terms.quantity)?;
-        let checked = inputs(
-            pol,
-            ex.clock.now(),
-            &r,
-            &whole,
-            Exposure::default(),
-            plan.reference_price,
-        );
+        let contract = ClContract::parse(&r.order.terms.symbol).ok();
+        let quote = quote_now(ex.prices.as_ref(), contract).await?;
+        let checked = inputs(pol, ex.clock.now(), &r, &whole, Exposure::default(), quote);
         let failed: Vec<RiskCheck> = [
             check::account_listed(pol, &plan.account_id),
             check::contract_not_expired(&checked),
@@ -152,6 +148,24 @@ impl Action for ReplaceCl {
         if !failed.is_empty() {
             return Ok(AtExecute::Refuse(policy_violation(&failed)));
         }
+        // Past the daily loss limit a change that adds risk must reduce the position (a
+        // price change reserves nothing, so the commit cannot hold it back).
+        let day_pnl = super::submit_cl::execute_day_pnl(ex, plan).await?;
+        if day_pnl.breaches(pol.max_daily_loss) {
+            let exposure = ex
+                .positions
+                .get_exposure(&plan.account_id, &r.order.terms.symbol)
+                .await?;
+            let now = ex.clock.now();
+            let filled = r.replaces.filled_quantity;
+            let failed: Vec<RiskCheck> = position_checks(pol, now, &r, exposure, filled, &day_pnl)?
+                .into_iter()
+                .filter(|c| c.failed() && c.name == "daily_loss")
+                .collect();
+            if !failed.is_empty() {
+                return Ok(AtExecute::Refuse(policy_violation(&failed)));
+            }
+        }
         let increase = r.increase();
         if increase == 0 {
             return Ok(AtExecute::Go(None));
@@ -159,7 +173,8 @@ impl Action for ReplaceCl {
         // The increase is reserved like a new order of that size: the worst case with the
         // order's current rest (already counted) plus the increase stays within the limit.
         let added = as_request(&r.order, increase)?;
-        let added_inputs = inputs(pol, ex.clock.now(), &r, &added, Exposure::default(), None);
+        let mut added_inputs = inputs(pol, ex.clock.now(), &r, &added, Exposure::default(), None);
+        added_inputs.day_pnl = Some(&day_pnl);
         Ok(AtExecute::Go(Some(Reservation {
             side: r.order.terms.side,
             bound: policy::reservation_bound(&added_inputs),
@@ -189,6 +204,7 @@ impl Action for ReplaceCl {
             &r,
             exposure,
             r.replaces.filled_quantity,
+            &super::submit_cl::execute_day_pnl(ex, plan).await?,
         )?
         .into_iter()
         .filter(RiskCheck::failed)
@@ -279,7 +295,7 @@ fn inputs<'a>(
     r: &'a NormalizedReplace,
     order: &'a OrderSubmitCl,
     exposure: Exposure,
-    reference: Option<Price>,
+    reference: Option<Quote>,
 ) -> OrderInputs<'a> {
     OrderInputs {
         policy,
@@ -290,6 +306,7 @@ fn inputs<'a>(
         contract: ClContract::parse(&r.order.terms.symbol).ok(),
         exposure,
         reference,
+        day_pnl: None,
     }
 }
 
@@ -303,6 +320,7 @@ fn position_checks(
     r: &NormalizedReplace,
     mut exposure: Exposure,
     filled: u32,
+    day_pnl: &DayPnl,
 ) -> Result<Vec<RiskCheck>, ApiError> {
     let old_rest = i64::from(r.replaces.quantity.saturating_sub(filled));
     match r.order.terms.side {
@@ -317,8 +335,21 @@ fn position_checks(
         )]);
     }
     let rest = as_request(&r.order, new_rest)?;
-    let i = inputs(pol, now, r, &rest, exposure, None);
-    Ok(vec![check::expiry_window(&i), check::position_limit(&i)])
+    let mut i = inputs(pol, now, r, &rest, exposure, None);
+    let loss = if r.only_reduces() {
+        RiskCheck::pass(
+            "daily_loss",
+            "the change only lowers the order's quantity: it reduces risk",
+        )
+    } else {
+        i.day_pnl = Some(day_pnl);
+        check::daily_loss(&i)
+    };
+    Ok(vec![
+        check::expiry_window(&i),
+        check::position_limit(&i),
+        loss,
+    ])
 }
 
 /// "Change order ord_1 on ACC-1: buy 2 -> 3 CLF27, limit 71.25 -> 71.20, day order."
@@ -451,6 +482,7 @@ async fn evaluate(cx: &PlanContext<'_>, r: OrderReplaceCl) -> Result<Evaluated, 
             terms: after.clone(),
             contract_month: contract.map(|c| c.contract_month()),
             last_trade_date: contract.map(|c| c.last_trade_date(cal).to_string()),
+            market_protection: None,
         },
         order_id: order.order_id.clone(),
         replaces: Replaced {
@@ -468,14 +500,7 @@ async fn evaluate(cx: &PlanContext<'_>, r: OrderReplaceCl) -> Result<Evaluated, 
     let quote = reference_quote(state, contract).await?;
     let reference = quote.map(|q| q.price);
     let whole = as_request(&normalized.order, after.quantity.max(1))?;
-    let order_inputs = inputs(
-        pol,
-        now,
-        &normalized,
-        &whole,
-        Exposure::default(),
-        reference,
-    );
+    let order_inputs = inputs(pol, now, &normalized, &whole, Exposure::default(), quote);
     let mut checks = vec![
         check::action_enabled(control, ActionType::OrderReplaceCl),
         check::kill_switch(control, !normalized.only_reduces()),
@@ -495,7 +520,21 @@ async fn evaluate(cx: &PlanContext<'_>, r: OrderReplaceCl) -> Result<Evaluated, 
         .positions
         .get_exposure(&account.account_id, &after.symbol)
         .await?;
-    let position = position_checks(pol, now, &normalized, exposure, order.filled_quantity)?;
+    let day_pnl = crate::core::usecases::day_pnl::account_day_pnl(
+        state.positions.as_ref(),
+        state.prices.as_ref(),
+        &account.account_id,
+        now,
+    )
+    .await?;
+    let position = position_checks(
+        pol,
+        now,
+        &normalized,
+        exposure,
+        order.filled_quantity,
+        &day_pnl,
+    )?;
     let (expiry, limit): (Vec<RiskCheck>, Vec<RiskCheck>) = position
         .into_iter()
         .partition(|c| c.name == "expiry_window");
@@ -697,6 +736,7 @@ mod tests {
                 },
                 contract_month: None,
                 last_trade_date: None,
+                market_protection: None,
             },
             order_id: "ord_1".into(),
             replaces: Replaced {
@@ -753,10 +793,11 @@ mod tests {
             open_buy: 2,
             open_sell: 0,
         };
-        let ok = position_checks(&pol, now, &change(3, "71.25"), exposure, 0).unwrap();
+        let flat = DayPnl::of(chrono::NaiveDate::default(), &[]);
+        let ok = position_checks(&pol, now, &change(3, "71.25"), exposure, 0, &flat).unwrap();
         let limit = ok.iter().find(|c| c.name == "position_limit").unwrap();
         assert!(!limit.failed(), "{limit:?}");
-        let too_far = position_checks(&pol, now, &change(4, "71.25"), exposure, 0).unwrap();
+        let too_far = position_checks(&pol, now, &change(4, "71.25"), exposure, 0, &flat).unwrap();
         let limit = too_far.iter().find(|c| c.name == "position_limit").unwrap();
         assert!(limit.failed(), "{limit:?}");
     }

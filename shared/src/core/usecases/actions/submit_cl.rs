@@ -18,7 +18,7 @@ use crate::core::error::ApiError;
 use crate::core::parse::from_value;
 use crate::core::policy::{self, OrderInputs, Policy};
 use crate::core::ports::Reservation;
-use crate::core::ports::{PositionStore, Quote, Stored};
+use crate::core::ports::{PositionStore, Prices, Quote, Stored};
 use crate::core::records::{ActionRecord, Control, PlanRecord, QueueMessage, RiskCheck};
 use crate::core::usecases::execute::Executor;
 use crate::core::usecases::plan::{Evaluated, Planner};
@@ -62,16 +62,17 @@ impl Action for SubmitCl {
         true
     }
 
-    fn at_execute(
+    async fn at_execute(
         &self,
         ex: &Executor,
         plan: &PlanRecord,
         control: &Control,
     ) -> Result<AtExecute, ApiError> {
-        // Every check that can change since the plan, under the policy in force now; the
-        // position ones (with open orders) as a condition of the commit, which also
-        // reserves the order's contracts.
+        // Every check that can change since the plan, under the policy in force now and at
+        // the reference price read now; the position ones (with open orders) as a
+        // condition of the commit, which also reserves the order's contracts.
         let (order, contract) = plan_order(plan)?;
+        let day_pnl = execute_day_pnl(ex, plan).await?;
         let inputs = OrderInputs {
             policy: policy::in_force(&ex.policy, control),
             calendar: ExchangeCalendar::cme(),
@@ -80,7 +81,8 @@ impl Action for SubmitCl {
             order: &order,
             contract,
             exposure: Default::default(),
-            reference: plan.reference_price,
+            reference: quote_now(ex.prices.as_ref(), contract).await?,
+            day_pnl: Some(&day_pnl),
         };
         let failed: Vec<RiskCheck> = policy::recheck_order_without_position(&inputs)
             .into_iter()
@@ -110,6 +112,7 @@ impl Action for SubmitCl {
         let (order, contract) = plan_order(plan)?;
         let exposure =
             order_inputs_exposure(ex.positions.as_ref(), &plan.account_id, contract).await?;
+        let day_pnl = execute_day_pnl(ex, plan).await?;
         let inputs = OrderInputs {
             policy: policy::in_force(&ex.policy, control),
             calendar: ExchangeCalendar::cme(),
@@ -118,7 +121,8 @@ impl Action for SubmitCl {
             order: &order,
             contract,
             exposure,
-            reference: plan.reference_price,
+            reference: quote_now(ex.prices.as_ref(), contract).await?,
+            day_pnl: Some(&day_pnl),
         };
         let failed: Vec<RiskCheck> = policy::recheck_order_at_execute(&inputs)
             .into_iter()
@@ -166,6 +170,20 @@ pub(crate) fn plan_order(
     Ok((order, ClContract::parse(&normalized.terms.symbol).ok()))
 }
 
+/// The plan's account's P&L on the trading day, read again at execute.
+pub(crate) async fn execute_day_pnl(
+    ex: &Executor,
+    plan: &PlanRecord,
+) -> Result<crate::core::domain::pnl::DayPnl, ApiError> {
+    crate::core::usecases::day_pnl::account_day_pnl(
+        ex.positions.as_ref(),
+        ex.prices.as_ref(),
+        &plan.account_id,
+        ex.clock.now(),
+    )
+    .await
+}
+
 /// A refusal at execute naming every check that failed.
 pub(crate) fn policy_violation(failed: &[RiskCheck]) -> ApiError {
     crate::core::usecases::execute::policy_violation(failed)
@@ -192,19 +210,39 @@ pub(super) fn tif_words(t: TimeInForce) -> &'static str {
     }
 }
 
-/// "Buy 2 CLF27 at market on ACC-1, day order."
+/// "Buy 2 CLF27 limit 68.50 on ACC-1, day order."; a protected market order: "Buy 2 CLF27
+/// at market, protected: limit 68.90 (68.40 + 0.5) on ACC-1, day order."
 pub fn order_preview(o: &NormalizedOrder) -> String {
     let verb = match o.terms.side {
         Side::Buy => "Buy",
         Side::Sell => "Sell",
     };
-    let how = match (o.terms.order_type, o.terms.limit_price, o.terms.stop_price) {
-        (OrderType::Market, _, _) => "at market".to_string(),
-        (OrderType::Limit, Some(l), _) => format!("limit {l}"),
-        (OrderType::Stop, _, Some(s)) => format!("stop {s}"),
-        (OrderType::StopLimit, Some(l), Some(s)) => format!("stop {s} limit {l}"),
-        (t, _, _) => format!("as a {t} order (price missing)"),
+    let how = match (&o.market_protection, o.terms.limit_price) {
+        (Some(p), Some(l)) => {
+            let sign = match o.terms.side {
+                Side::Buy => '+',
+                Side::Sell => '-',
+            };
+            let asked = match p.requested_type {
+                OrderType::Stop => format!("stop {}", p.from_price),
+                _ => "at market".to_string(),
+            };
+            Some(format!(
+                "{asked}, protected: limit {l} ({} {sign} {})",
+                p.from_price, p.points
+            ))
+        }
+        _ => None,
     };
+    let how = how.unwrap_or_else(|| {
+        match (o.terms.order_type, o.terms.limit_price, o.terms.stop_price) {
+            (OrderType::Market, _, _) => "at market".to_string(),
+            (OrderType::Limit, Some(l), _) => format!("limit {l}"),
+            (OrderType::Stop, _, Some(s)) => format!("stop {s}"),
+            (OrderType::StopLimit, Some(l), Some(s)) => format!("stop {s} limit {l}"),
+            (t, _, _) => format!("as a {t} order (price missing)"),
+        }
+    });
     format!(
         "{verb} {} {} {how} on {}, {}.",
         o.terms.quantity,
@@ -233,8 +271,16 @@ pub(super) async fn reference_quote(
     state: &Planner,
     contract: Option<ClContract>,
 ) -> Result<Option<Quote>, ApiError> {
+    quote_now(state.prices.as_ref(), contract).await
+}
+
+/// The contract's reference price and its time as the source has it now.
+pub(crate) async fn quote_now(
+    prices: &dyn Prices,
+    contract: Option<ClContract>,
+) -> Result<Option<Quote>, ApiError> {
     Ok(match contract {
-        Some(c) => state.prices.quote(&c.symbol()).await?,
+        Some(c) => prices.quote(&c.symbol()).await?,
         None => None,
     })
 }
@@ -336,21 +382,28 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
     let exposure =
         order_inputs_exposure(state.positions.as_ref(), &account.account_id, contract).await?;
     // Every order is valued at the reference price, which the plan records (the four-eyes
-    // rule, the approval page); only a limit or stop order's prices are banded around it.
+    // rule, the approval page); a market order is protected from it, a stop order from
+    // its stop price; the order's prices are banded around it.
     let price_now = reference_quote(state, contract).await?;
-    let reference = match o.order_type {
-        OrderType::Market => None,
-        _ => price_now,
-    };
+    let pol = policy::in_force(&state.policy, control);
+    let day_pnl = crate::core::usecases::day_pnl::account_day_pnl(
+        state.positions.as_ref(),
+        state.prices.as_ref(),
+        &account.account_id,
+        state.clock.now(),
+    )
+    .await?;
+    let (o, market_protection) = policy::protect(&o, price_now.map(|q| q.price), pol);
     let inputs = OrderInputs {
-        policy: policy::in_force(&state.policy, control),
+        policy: pol,
         calendar: cal,
         now: state.clock.now(),
         account_id: &account.account_id,
         order: &o,
         contract,
         exposure,
-        reference: reference.map(|q| q.price),
+        reference: price_now,
+        day_pnl: Some(&day_pnl),
     };
     let mut checks = policy::check_order_submit(&inputs, &account, control);
     if let Some(c) = contract {
@@ -371,6 +424,7 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
         },
         contract_month: contract.map(|c| c.contract_month()),
         last_trade_date: contract.map(|c| c.last_trade_date(cal).to_string()),
+        market_protection,
     };
     Ok(Evaluated {
         preview: order_preview(&normalized),

@@ -130,7 +130,10 @@ pub(super) async fn decide(
             true,
         );
     }
-    let reserve = match actions::of(plan.action_type).at_execute(st, plan, control)? {
+    let reserve = match actions::of(plan.action_type)
+        .at_execute(st, plan, control)
+        .await?
+    {
         AtExecute::Go(reserve) => reserve,
         AtExecute::Refuse(e) => return reject(e, true),
     };

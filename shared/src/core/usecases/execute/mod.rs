@@ -340,6 +340,9 @@ pub struct Executor {
     pub audit: Arc<dyn AuditLog>,
     pub accounts: Arc<dyn AccountStore>,
     pub positions: Arc<dyn PositionStore>,
+    /// Reference prices, read again for the price band (a price that moved or went stale
+    /// since the plan stops the order here).
+    pub prices: Arc<dyn crate::core::ports::Prices>,
     pub actions: Arc<dyn ActionStore>,
     pub dispatch: Dispatch,
     /// Where operators approve plans (the `approval_required` answer names the page).

@@ -29,7 +29,8 @@ pub(super) fn engaged(control: &crate::core::records::Control, what: &str) -> Op
 }
 
 /// The worker's last check before an order goes to the broker, made after its claim: the
-/// kill switch, the account's status and the market rules, then the position limit
+/// kill switch, the account's status, the market rules and the price band at the
+/// reference price read now (moved or gone stale since execute), then the position limit
 /// against the worst case with open orders (this order's own contracts were reserved at
 /// execute), under the policy in force now. A kill switch engaged, a policy lowered, or a
 /// sync that raised the position, since execute stops the order here. `Some(error)`: do
@@ -40,17 +41,25 @@ pub(crate) async fn pre_broker_gate(
     order: &Order,
     what: &str,
 ) -> Result<Option<String>, ApiError> {
-    // Its three reads side by side: one of the control record for both the kill switch
-    // and the policy in force, the exposure, the account.
+    // Its four reads side by side: one of the control record for both the kill switch
+    // and the policy in force, the exposure, the account, the reference price.
     let account_id = &order.terms.account_id;
-    let (control, exposure, account) = tokio::try_join!(
+    let (control, exposure, account, reference) = tokio::try_join!(
         st.control.get_control(),
         st.positions.get_exposure(account_id, &order.terms.symbol),
         st.accounts.get_account(account_id),
+        st.prices.quote(&order.terms.symbol),
     )?;
     if let Some(why) = engaged(&control, what) {
         return Ok(Some(why));
     }
+    let day_pnl = crate::core::usecases::day_pnl::account_day_pnl(
+        st.positions.as_ref(),
+        st.prices.as_ref(),
+        account_id,
+        st.clock.now(),
+    )
+    .await?;
     let request = crate::core::domain::OrderSubmitCl {
         account_id: crate::core::domain::Ident::parse(&order.terms.account_id)
             .map_err(bad_message)?,
@@ -71,7 +80,8 @@ pub(crate) async fn pre_broker_gate(
         order: &request,
         contract: crate::core::domain::cl::ClContract::parse(&order.terms.symbol).ok(),
         exposure,
-        reference: None,
+        reference,
+        day_pnl: Some(&day_pnl),
     };
     if let Some(a) = account.filter(|a| a.status != crate::core::domain::AccountStatus::Active) {
         return Ok(Some(format!(
@@ -86,6 +96,11 @@ pub(crate) async fn pre_broker_gate(
         return Ok(Some(format!(
             "policy_violation: {}: {}; {what} was not sent to the broker",
             c.name, c.reason
+        )));
+    }
+    if let Err(why) = crate::core::policy::checks::daily_loss_gate(&inputs) {
+        return Ok(Some(format!(
+            "policy_violation: daily_loss: {why}; {what} was not sent to the broker"
         )));
     }
     Ok(crate::core::policy::position_gate(&inputs)

@@ -84,6 +84,8 @@ pub struct Worker {
     /// The workers' conditional writes (orders, jobs, positions, action status).
     pub store: Arc<dyn WorkerStore>,
     pub broker: Arc<dyn Broker>,
+    /// Reference prices: an order is banded against the price read just before the broker.
+    pub prices: Arc<dyn crate::core::ports::Prices>,
 }
 
 impl Worker {
