@@ -30,7 +30,10 @@ async fn plan_then_execute_queues_once_and_replays(b: Backend) {
     let s = start(b, &[]);
     let t = s.trader();
     let p = executable_plan(&t).await;
-    assert_eq!(p["preview"], "Buy 1 CLF27 at market on ACC-1, day order.");
+    assert_eq!(
+        p["preview"],
+        "Buy 1 CLF27 at market, protected: limit 68.90 (68.40 + 0.50) on ACC-1, day order."
+    );
     assert_eq!(p["normalized_payload"]["contract_month"], "2027-01");
     assert_eq!(p["normalized_payload"]["last_trade_date"], "2026-12-21");
     assert_eq!(p["queue_target"], "worker:orders");

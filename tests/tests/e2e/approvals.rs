@@ -100,14 +100,16 @@ async fn an_operator_mode_plan_executes_only_after_the_passkey_approval(b: Backe
     assert_eq!(page.status, 200);
     let html = page.body["text"].as_str().unwrap();
     assert!(
-        html.contains("Buy 1 CLF27 at market on ACC-1, day order."),
+        html.contains(
+            "Buy 1 CLF27 at market, protected: limit 68.90 (68.40 + 0.50) on ACC-1, day order."
+        ),
         "{html}"
     );
     assert!(html.contains("data-state=\"pending\""));
     assert!(html.contains("chat-1"), "the chat that asked is shown");
-    // A market order's value, at the reference price the plan read (CLF27 at 68.40).
+    // A market order's value, at its protected limit (68.40 + 0.50), the most it can cost.
     assert!(
-        html.contains("$68,400"),
+        html.contains("$68,900"),
         "a market order's notional: {html}"
     );
     let pending = c.get("/approvals").await.body["text"]

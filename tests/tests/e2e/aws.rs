@@ -62,6 +62,9 @@ async fn aws_calls_per_operation() {
         queued[0],
         [
             "DynamoDB.BatchGetItem",
+            "DynamoDB.Query",
+            "DynamoDB.GetItem",
+            "DynamoDB.GetItem",
             "DynamoDB.GetItem",
             "SQS.GetQueueAttributes",
             "DynamoDB.TransactWriteItems",
@@ -73,11 +76,16 @@ async fn aws_calls_per_operation() {
         queued[1],
         [
             "DynamoDB.BatchGetItem",
+            "DynamoDB.Query",
+            "DynamoDB.GetItem",
+            "DynamoDB.GetItem",
             "DynamoDB.GetItem",
             "DynamoDB.TransactWriteItems",
             "SQS.SendMessage"
         ],
-        "an order's execute at its floor: one read, the account's message window, one atomic commit, one send; no KMS"
+        "an order's execute at its floor: one read, the account's positions and reference prices \
+         (the daily loss, the price band), the account's message window, one atomic commit, one \
+         send; no KMS"
     );
     let replay = calls_of(&s, "POST", "/actions/execute", 200);
     assert_eq!(

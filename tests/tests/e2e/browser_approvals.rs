@@ -76,7 +76,7 @@ async fn an_operator_approves_and_declines_on_the_page(backend: Backend) {
     b.goto(&url).await;
     b.wait_for_text(
         "#preview",
-        "Buy 1 CLF27 at market on ACC-1, day order.",
+        "Buy 1 CLF27 at market, protected: limit 68.90 (68.40 + 0.50) on ACC-1, day order.",
         WAIT,
     )
     .await;

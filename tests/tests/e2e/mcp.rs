@@ -215,7 +215,7 @@ async fn every_tool_through_the_2026_client(b: Backend) {
     assert_eq!(structured(&r, 4)["action_id"], action["action_id"]);
     assert_eq!(
         structured(&r, 5)["preview"],
-        "Buy 1 CLF27 at market on ACC-1, day order."
+        "Buy 1 CLF27 at market, protected: limit 68.90 (68.40 + 0.50) on ACC-1, day order."
     );
     assert!(structured(&r, 6)["plan_id"].is_string());
     assert!(structured(&r, 7)["confirmation_token"].is_string());
@@ -573,7 +573,8 @@ async fn tool_arguments_are_read_as_strictly_as_rest_bodies(b: Backend) {
     let r = call_raw(&s, &t, "plan_cl_order", &order(r#""quantity":2"#), "").await;
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(
-        r["structuredContent"]["preview"], "Buy 2 CLF27 at market on ACC-1, day order.",
+        r["structuredContent"]["preview"],
+        "Buy 2 CLF27 at market, protected: limit 68.90 (68.40 + 0.50) on ACC-1, day order.",
         "{r}"
     );
     // A key twice in the message itself (not its arguments): the message is refused, 400
