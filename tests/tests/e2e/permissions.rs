@@ -1086,15 +1086,20 @@ fn tour_functions(w: &World, l: &mut Lambdas) -> Audited {
     // one transaction, one send; its replay two, the read and its audit record.
     let before = calls_so_far(&w.log);
     let x2 = l.accepted(&me, &p2, "perm-x2");
-    let first = calls_since(&w.log, before, "execute");
+    // The reads between the first and the commit run side by side: compared sorted.
+    let mut first = calls_since(&w.log, before, "execute");
+    if first.len() > 3 {
+        let end = first.len() - 2;
+        first[1..end].sort();
+    }
     assert_eq!(
         first,
         [
             "DynamoDB.BatchGetItem",
+            "DynamoDB.GetItem",
+            "DynamoDB.GetItem",
+            "DynamoDB.GetItem",
             "DynamoDB.Query",
-            "DynamoDB.GetItem",
-            "DynamoDB.GetItem",
-            "DynamoDB.GetItem",
             "DynamoDB.TransactWriteItems",
             "SQS.SendMessage"
         ],

@@ -132,7 +132,11 @@ impl Action for ReplaceCl {
         let pol = policy::in_force(&ex.policy, control);
         let whole = as_request(&r.order, r.order.terms.quantity)?;
         let contract = ClContract::parse(&r.order.terms.symbol).ok();
-        let quote = quote_now(ex.prices.as_ref(), contract).await?;
+        // The reference price and the day's P&L, side by side.
+        let (quote, day_pnl) = tokio::try_join!(
+            quote_now(ex.prices.as_ref(), contract),
+            super::submit_cl::execute_day_pnl(ex, plan)
+        )?;
         let checked = inputs(pol, ex.clock.now(), &r, &whole, Exposure::default(), quote);
         let failed: Vec<RiskCheck> = [
             check::account_listed(pol, &plan.account_id),
@@ -150,7 +154,6 @@ impl Action for ReplaceCl {
         }
         // Past the daily loss limit a change that adds risk must reduce the position (a
         // price change reserves nothing, so the commit cannot hold it back).
-        let day_pnl = super::submit_cl::execute_day_pnl(ex, plan).await?;
         if day_pnl.breaches(pol.max_daily_loss) {
             let exposure = ex
                 .positions

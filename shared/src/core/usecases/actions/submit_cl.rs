@@ -72,7 +72,11 @@ impl Action for SubmitCl {
         // the reference price read now; the position ones (with open orders) as a
         // condition of the commit, which also reserves the order's contracts.
         let (order, contract) = plan_order(plan)?;
-        let day_pnl = execute_day_pnl(ex, plan).await?;
+        // The day's P&L and the reference price, side by side.
+        let (day_pnl, reference) = tokio::try_join!(
+            execute_day_pnl(ex, plan),
+            quote_now(ex.prices.as_ref(), contract)
+        )?;
         let inputs = OrderInputs {
             policy: policy::in_force(&ex.policy, control),
             calendar: ExchangeCalendar::cme(),
@@ -81,7 +85,7 @@ impl Action for SubmitCl {
             order: &order,
             contract,
             exposure: Default::default(),
-            reference: quote_now(ex.prices.as_ref(), contract).await?,
+            reference,
             day_pnl: Some(&day_pnl),
         };
         let failed: Vec<RiskCheck> = policy::recheck_order_without_position(&inputs)

@@ -41,25 +41,29 @@ pub(crate) async fn pre_broker_gate(
     order: &Order,
     what: &str,
 ) -> Result<Option<String>, ApiError> {
-    // Its four reads side by side: one of the control record for both the kill switch
-    // and the policy in force, the exposure, the account, the reference price.
+    // Its reads side by side: one of the control record for both the kill switch and the
+    // policy in force, the exposure, the account, the reference price, the day's P&L.
     let account_id = &order.terms.account_id;
-    let (control, exposure, account, reference) = tokio::try_join!(
-        st.control.get_control(),
-        st.positions.get_exposure(account_id, &order.terms.symbol),
-        st.accounts.get_account(account_id),
-        st.prices.quote(&order.terms.symbol),
+    let (control, exposure, account, reference, day_pnl) = tokio::try_join!(
+        async { Ok::<_, ApiError>(st.control.get_control().await?) },
+        async {
+            Ok(st
+                .positions
+                .get_exposure(account_id, &order.terms.symbol)
+                .await?)
+        },
+        async { Ok(st.accounts.get_account(account_id).await?) },
+        async { Ok(st.prices.quote(&order.terms.symbol).await?) },
+        crate::core::usecases::day_pnl::account_day_pnl(
+            st.positions.as_ref(),
+            st.prices.as_ref(),
+            account_id,
+            st.clock.now(),
+        ),
     )?;
     if let Some(why) = engaged(&control, what) {
         return Ok(Some(why));
     }
-    let day_pnl = crate::core::usecases::day_pnl::account_day_pnl(
-        st.positions.as_ref(),
-        st.prices.as_ref(),
-        account_id,
-        st.clock.now(),
-    )
-    .await?;
     let request = crate::core::domain::OrderSubmitCl {
         account_id: crate::core::domain::Ident::parse(&order.terms.account_id)
             .map_err(bad_message)?,
