@@ -1911,7 +1911,10 @@ fn tour_cli(w: &World, action: &Audited) {
     w.cli(true, &[], &["rollout"]);
     w.cli(true, &[], &["rollout", "positions.sync", "execute"]);
     w.cli(true, &[], &["queues"]);
-    // A dead letter on each queue, moved back by the operator after a fix.
+    // A dead letter on each queue, moved back by the operator after a fix. Any the tour left
+    // (a kill-switch cancel that ran out of receives while the machine was busy) are moved
+    // back first, so the count below is of these two alone.
+    w.cli(true, &[], &["queues", "redrive"]);
     let sqs = w.aws.sqs.clone();
     let jobs_dlq = w.queue_urls["JobsDeadLetterQueue"].clone();
     let orders_dlq = w.queue_urls["OrdersDeadLetterQueue"].clone();
