@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the local AWS emulator (moto's server mode) that the AWS-backend tests run against:
 # a virtualenv at <repo>/.venv with pinned moto[server] and cryptography (KMS ECC signing),
-# and libfaketime (its wheel ships the x86-64 libfaketime.so.1, linked to
-# <repo>/.venv/lib/libfaketime.so.1): the permission proof (tests/tests/e2e/permissions.rs) runs
-# the real Lambda binaries, which read only the system clock, at a fixed trading hour.
+# the AWS CLI v1 (<repo>/.venv/bin/aws, its botocore vendored: no conflict with moto's; the
+# README's AWS CLI recipes run with it in tests/tests/e2e/deploy_walk.rs), and libfaketime
+# (its wheel ships the x86-64 libfaketime.so.1, linked to <repo>/.venv/lib/libfaketime.so.1):
+# the permission proof (tests/tests/e2e/permissions.rs) runs the real Lambda binaries, which
+# read only the system clock, at a fixed trading hour.
 #
 # Idempotent and fast when already installed: pip runs only when an installed version differs
 # from a pin. Needs python3 (>= 3.11) and PyPI; nothing else (scripts/venv.sh does the venv).
@@ -24,9 +26,11 @@ source scripts/venv.sh
 MOTO_VERSION="5.2.5"
 CRYPTOGRAPHY_VERSION="50.0.2"
 LIBFAKETIME_VERSION="3.0.1"
+AWSCLI_VERSION="1.46.3"
 pins=(
     "moto[server]==$MOTO_VERSION"
     "cryptography==$CRYPTOGRAPHY_VERSION"
+    "awscli==$AWSCLI_VERSION"
     "libfaketime==$LIBFAKETIME_VERSION"
 )
 
@@ -47,7 +51,9 @@ cffi==2.1.1
 cfn-lint==1.58.0
 charset-normalizer==3.5.2
 click==8.5.1
+colorama==0.4.6
 docker==7.2.0
+docutils==0.19
 Flask==3.1.3
 flask-cors==6.0.5
 graphql-core==3.3.2
@@ -74,6 +80,7 @@ pycparser==3.12
 pydantic==2.14.3
 pydantic-settings==2.16.3
 pydantic_core==2.50.4
+pyasn1==0.6.5
 pyparsing==3.3.3
 python-dateutil==2.9.0.post0
 python-dotenv==1.2.4
@@ -83,6 +90,7 @@ referencing==0.37.0
 regex==2026.11.15
 requests==2.34.2
 responses==0.26.3
+rsa==4.7.2
 rfc3339-validator==0.1.4
 rpds-py==2026.9.1
 s3transfer==0.19.3
@@ -104,6 +112,11 @@ if ! "$venv/bin/moto_server" --help >/dev/null 2>&1; then
     "$venv/bin/moto_server" --help >&2 || true
     exit 1
 fi
+if ! "$venv/bin/aws" --version >/dev/null 2>&1; then
+    echo "emulator: $venv/bin/aws --version failed:" >&2
+    "$venv/bin/aws" --version >&2 || true
+    exit 1
+fi
 # ECC signing for KMS needs a working cryptography backend (a wheel, or a built one).
 "$py" -c 'from cryptography.hazmat.primitives.asymmetric import ec; ec.generate_private_key(ec.SECP256R1())' || {
     echo "emulator: cryptography cannot make P-256 keys in $venv" >&2
@@ -122,4 +135,5 @@ fi
 
 echo "emulator: moto $("$py" -c 'from importlib.metadata import version as v; print(v("moto"))')" \
     "(cryptography $("$py" -c 'from importlib.metadata import version as v; print(v("cryptography"))'))" \
+    "aws-cli $("$py" -c 'from importlib.metadata import version as v; print(v("awscli"))')" \
     "ready: $venv/bin/moto_server; libfaketime: $venv/lib/libfaketime.so.1"
