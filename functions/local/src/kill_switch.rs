@@ -1,5 +1,7 @@
 //! `airlock kill-switch engage | release | status`: the kill switch use case
-//! (`core::usecases::kill_switch`) on the backend's ports, and its output.
+//! (`core::usecases::kill_switch`) on the backend's ports, and its output. `engage` exits
+//! non-zero when a working order could not be pulled or an open position (`--flatten`)
+//! was not flattened, after printing what was done and why the rest was not.
 
 use airlock::app::{AppState, Backend};
 use airlock::config::Config;
@@ -21,6 +23,9 @@ fn kill_switch_of(state: &AppState) -> KillSwitch {
         audit: p.audit.clone(),
         dispatch: state.execute.dispatch.clone(),
         relist_after: std::time::Duration::from_millis(1_000),
+        policy: state.policy.clone(),
+        positions: p.positions.clone(),
+        prices: p.prices.clone(),
     }
 }
 
@@ -37,8 +42,8 @@ pub async fn run(
     action: &str,
     opts: EngageOptions,
 ) -> Result<(), String> {
-    if action != "engage" && (opts.accounts.is_some() || opts.keep_working) {
-        return Err("--accounts and --keep-working go with `engage`".into());
+    if action != "engage" && (opts.accounts.is_some() || opts.keep_working || opts.flatten) {
+        return Err("--accounts, --keep-working and --flatten go with `engage`".into());
     }
     if opts.accounts.as_ref().is_some_and(Vec::is_empty) {
         return Err("--accounts: name at least one account".into());
@@ -84,9 +89,56 @@ pub async fn run(
                     engaged.pulled.len() - now - failed
                 );
             }
+            let mut unflattened = 0;
+            for f in &engaged.flattened {
+                let order = format!(
+                    "{} {} limit {}",
+                    f.side,
+                    f.position.unsigned_abs(),
+                    f.limit_price.map(|p| p.to_string()).unwrap_or_default()
+                );
+                let what = match &f.outcome {
+                    Pull::Queued => format!("{order} queued"),
+                    Pull::AlreadyQueued => format!("{order} already queued"),
+                    Pull::NotQueued(why) => {
+                        unflattened += 1;
+                        format!("NOT FLATTENED: {why}")
+                    }
+                };
+                outln!(
+                    "flatten {} {} {:+}: {what}{}",
+                    f.account_id,
+                    f.symbol,
+                    f.position,
+                    f.action_id
+                        .as_deref()
+                        .map(|a| format!(" ({a})"))
+                        .unwrap_or_default()
+                );
+            }
+            if opts.flatten {
+                let now = engaged
+                    .flattened
+                    .iter()
+                    .filter(|f| f.outcome == Pull::Queued)
+                    .count();
+                outln!(
+                    "open positions: {} ({now} closing order(s) queued now, {} queued before, {unflattened} not flattened)",
+                    engaged.flattened.len(),
+                    engaged.flattened.len() - now - unflattened
+                );
+            }
+            let mut problems = Vec::new();
             if failed > 0 {
+                problems.push(format!("{failed} working order(s) could not be pulled"));
+            }
+            if unflattened > 0 {
+                problems.push(format!("{unflattened} open position(s) were not flattened"));
+            }
+            if !problems.is_empty() {
                 return Err(format!(
-                    "{failed} working order(s) could not be pulled; run `airlock kill-switch engage` again"
+                    "the kill switch is engaged, but {}; see above, and run `airlock kill-switch engage` again once the cause is fixed",
+                    problems.join(" and ")
                 ));
             }
         }
@@ -106,6 +158,12 @@ pub async fn run(
                     st.cancels.pending,
                     st.cancels.done,
                     st.cancels.failed
+                );
+                outln!(
+                    "flattening: pending={} done={} failed={}",
+                    st.flattening.pending,
+                    st.flattening.done,
+                    st.flattening.failed
                 );
                 for (action_id, order_id, why) in &st.failures {
                     outln!("failed {order_id} ({action_id}): {why}");

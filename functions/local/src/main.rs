@@ -68,7 +68,9 @@ enum Command {
     },
     /// Engage, release or show the global kill switch. Engaging stops new orders at every
     /// gate and queues a cancel of every working order (of every account, or of
-    /// `--accounts`); `status` shows the switch and its last engagement's cancels.
+    /// `--accounts`); with `--flatten` (off by default) also a closing order of every open
+    /// position; `status` shows the switch and its last engagement's cancels and closing
+    /// orders.
     KillSwitch {
         #[arg(value_parser = ["engage", "release", "status"])]
         action: String,
@@ -81,6 +83,10 @@ enum Command {
         /// Engage without cancelling working orders.
         #[arg(long)]
         keep_working: bool,
+        /// Also queue a closing order for every open position (engage; off by default): the
+        /// opposite side, the net quantity, a day limit protected from the reference price.
+        #[arg(long)]
+        flatten: bool,
     },
     /// Create the AWS tables, queues and signing key (at `AWS_ENDPOINT_URL`); safe twice.
     Bootstrap {
@@ -227,11 +233,13 @@ fn main() -> std::process::ExitCode {
                 reason,
                 accounts,
                 keep_working,
+                flatten,
             } => {
                 let opts = airlock::core::usecases::kill_switch::EngageOptions {
                     reason,
                     accounts: accounts.as_deref().map(commands::list),
                     keep_working,
+                    flatten,
                 };
                 kill_switch::run(cfg, backend, &action, opts).await
             }

@@ -15,7 +15,7 @@ use crate::core::ports::{Page, PositionStore, Prices};
 const PAGE: u32 = 200;
 
 /// Every position of the account (the caller was allowed to see it already), every page.
-async fn positions_of(
+pub(crate) async fn positions_of(
     store: &dyn PositionStore,
     account_id: &str,
 ) -> Result<Vec<Position>, ApiError> {

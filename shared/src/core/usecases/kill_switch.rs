@@ -17,20 +17,40 @@
 //! already `submitted` when the listing runs, and one claimed later meets the engaged switch
 //! at the gate. The listing runs twice, [`KillSwitch::relist_after`] apart, for a listing
 //! that lags behind the orders (a DynamoDB index).
+//!
+//! With `flatten` (off by default) it then queues, for every open position of the accounts
+//! (net quantity not zero), one closing `order.submit.cl`: the opposite side, the net
+//! quantity, a day order protected as a market order is (a limit at the reference price
+//! less or plus `market_protection_points`). It is checked here as the worker will check
+//! it (a fresh reference price, the market open, the order size, the account active), and
+//! a position that fails is reported, not flattened. It is stored and queued as a cancel
+//! is, reserving its contracts on the exposure in the same write as an execute does, and
+//! named after the engagement, the account and the contract. It closes the filled position
+//! read now: a working order pulled in the same engage that fills before its cancel lands
+//! changes the position, and the worker's check before the broker (the order may only
+//! reduce the position it finds then, never increase or reverse it) refuses the closing
+//! order rather than reverse the position. The worker lets these orders, and only these,
+//! through the engaged switch ([`is_flattening`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use crate::core::auth::DeskScope;
 use crate::core::clock::SharedClock;
 use crate::core::digest::sha256_hex;
-use crate::core::domain::payload::NormalizedCancel;
+use crate::core::domain::calendar::ExchangeCalendar;
+use crate::core::domain::cl::ClContract;
+use crate::core::domain::payload::{NormalizedCancel, NormalizedOrder};
 use crate::core::domain::{
-    new_id, rfc3339, Account, ActionStatus, ActionType, Millis, NormalizedPayload, Order,
+    new_id, rfc3339, Account, AccountStatus, ActionStatus, ActionType, ExposureDelta, Ident,
+    Millis, NormalizedPayload, Order, OrderSubmitCl, OrderTerms, OrderType, Position, Price,
+    Quantity, Side, TimeInForce,
 };
 use crate::core::error::{ApiError, Code};
+use crate::core::policy::{self, OrderInputs, Policy};
 use crate::core::ports::{
     AccountStore, ActionStore, AuditLog, CommitOutcome, Conflict, ControlStore, ExecuteCommit,
-    ExecuteLedger, KeyCondition, OrderStore,
+    ExecuteLedger, KeyCondition, OrderStore, Page, PositionStore, Prices, Reservation,
 };
 use crate::core::records::{
     key_scope, ActionRecord, AuditRecord, Control, Decision, KeyRecord, KeyState, QueueMessage,
@@ -59,6 +79,12 @@ pub struct KillSwitch {
     pub dispatch: Dispatch,
     /// The pause before the second listing of working orders.
     pub relist_after: std::time::Duration,
+    /// The process's policy; a policy in the control record takes precedence.
+    pub policy: Arc<Policy>,
+    /// The positions to flatten, and the day's P&L they make.
+    pub positions: Arc<dyn PositionStore>,
+    /// The reference prices closing orders are protected from.
+    pub prices: Arc<dyn Prices>,
 }
 
 /// What `engage` is asked to do besides engaging.
@@ -69,6 +95,8 @@ pub struct EngageOptions {
     pub accounts: Option<Vec<String>>,
     /// Engage without pulling working orders.
     pub keep_working: bool,
+    /// Also queue a closing order for every open position of the accounts.
+    pub flatten: bool,
 }
 
 /// What became of one working order.
@@ -90,10 +118,25 @@ pub struct Pulled {
     pub outcome: Pull,
 }
 
+/// What became of one open position (`flatten`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flattened {
+    pub account_id: String,
+    pub symbol: String,
+    /// The net quantity read (positive long, negative short).
+    pub position: i64,
+    /// The closing order's side and its protected limit, when one was queued or found.
+    pub side: Side,
+    pub limit_price: Option<Price>,
+    pub action_id: Option<String>,
+    pub outcome: Pull,
+}
+
 #[derive(Debug, Clone)]
 pub struct Engaged {
     pub control: Control,
     pub pulled: Vec<Pulled>,
+    pub flattened: Vec<Flattened>,
 }
 
 /// How the cancels of an engagement stand.
@@ -109,7 +152,9 @@ pub struct Counts {
 pub struct Status {
     pub control: Control,
     pub cancels: Counts,
-    /// The failed cancels: action id, order id and why.
+    /// The closing orders of `flatten`.
+    pub flattening: Counts,
+    /// The failed cancels and closing orders: action id, order id and why.
     pub failures: Vec<(String, String, String)>,
 }
 
@@ -125,6 +170,92 @@ pub fn cancel_action_id(engagement: &str, order_id: &str, attempt: u32) -> Strin
 /// requester, as an execute's key is to its service and operator).
 pub fn cancel_key(engagement: &str, order_id: &str, attempt: u32) -> String {
     format!("{PRINCIPAL}:{engagement}:{order_id}:{attempt}")
+}
+
+/// The id of an engagement's `attempt`-th closing order of a position: the same for every
+/// engage of the engagement, so a second engage finds it instead of queuing another.
+pub fn flatten_action_id(engagement: &str, account_id: &str, symbol: &str, attempt: u32) -> String {
+    let digest = sha256_hex(
+        format!(
+            "{PRINCIPAL}\u{0}flatten\u{0}{engagement}\u{0}{account_id}\u{0}{symbol}\u{0}{attempt}"
+        )
+        .as_bytes(),
+    );
+    format!("act_{}", &digest[..26])
+}
+
+/// The idempotency key of that closing order.
+pub fn flatten_key(engagement: &str, account_id: &str, symbol: &str, attempt: u32) -> String {
+    format!("{PRINCIPAL}:{engagement}:flatten:{account_id}:{symbol}:{attempt}")
+}
+
+/// Whether `action_id` is one of the engagement's closing orders of that position.
+fn is_flatten_id(engagement: &str, account_id: &str, symbol: &str, action_id: &str) -> bool {
+    (0..MAX_ATTEMPTS).any(|a| flatten_action_id(engagement, account_id, symbol, a) == action_id)
+}
+
+/// Whether a stored queue message is a closing order the kill switch queued (of any
+/// engagement): such an order may only reduce the position ([`reduces_only`]).
+pub fn is_closing_order(msg: &QueueMessage) -> bool {
+    msg.service_principal == PRINCIPAL && msg.action_type == ActionType::OrderSubmitCl
+}
+
+/// Whether a stored queue message is a closing order of the switch's current engagement,
+/// the one order the engaged switch lets through at the worker. Every field it keys on is
+/// set by the server: the service principal (execute takes it from the caller's verified
+/// token), the plan id (execute's is its plan's, a `pln_` id; here the engagement's, made
+/// by the engage) and the action id (execute's is random; here derived from the
+/// engagement, the account and the contract). An execute cannot produce one.
+pub fn is_flattening(msg: &QueueMessage, control: &Control) -> bool {
+    let Some(e) = control
+        .engagement
+        .as_ref()
+        .filter(|_| !control.trade_execute_enabled)
+    else {
+        return false;
+    };
+    let Some(order) = msg.normalized_payload.order() else {
+        return false;
+    };
+    is_closing_order(msg)
+        && msg.plan_id == e.id
+        && is_flatten_id(
+            &e.id,
+            &order.terms.account_id,
+            &order.terms.symbol,
+            &msg.action_id,
+        )
+}
+
+/// `Ok` if a closing order of `quantity` on `side` only reduces `position` (the net
+/// quantity found now): the opposite side, no more than the position. `Err`: why it would
+/// increase or reverse it.
+pub fn reduces_only(position: i64, side: Side, quantity: u32) -> Result<(), String> {
+    let q = i64::from(quantity);
+    let after = match side {
+        Side::Buy => position.saturating_add(q),
+        Side::Sell => position.saturating_sub(q),
+    };
+    let reduces = match side {
+        Side::Buy => position < 0 && after <= 0,
+        Side::Sell => position > 0 && after >= 0,
+    };
+    if reduces {
+        return Ok(());
+    }
+    let what = if position == 0 {
+        format!("the position is flat now, and this closing {side} of {quantity} would open one ({after:+})")
+    } else {
+        let how = if after.signum() == position.signum() {
+            "increase"
+        } else {
+            "reverse"
+        };
+        format!("the position is {position:+} now, and this closing {side} of {quantity} would {how} it ({after:+})")
+    };
+    Err(format!(
+        "kill_switch_flatten: {what}; the kill switch's closing orders only reduce a position, so it was not sent"
+    ))
 }
 
 /// Who the kill switch's actions of an engagement are requested by.
@@ -190,7 +321,8 @@ fn engagement_of(c: &Control) -> Result<(String, String), ApiError> {
 
 impl KillSwitch {
     /// Engages the switch, then (unless `keep_working`) queues a cancel of every order at
-    /// the broker of the accounts asked. Unknown accounts are refused before anything is
+    /// the broker of the accounts asked, then (with `flatten`) a closing order of every
+    /// open position of those accounts. Unknown accounts are refused before anything is
     /// changed.
     pub async fn engage(&self, who: &str, opts: &EngageOptions) -> Result<Engaged, ApiError> {
         let accounts = match &opts.accounts {
@@ -216,45 +348,63 @@ impl KillSwitch {
             super::control::engage(self.control.as_ref(), who, opts.reason.clone(), now).await?;
         let (engagement, by) = engagement_of(&control)?;
         let mut record = audit_record(now, &engagement, who, "engaged");
-        record.reason = Some(match (&opts.reason, opts.keep_working) {
-            (Some(r), true) => format!("{r} (working orders kept)"),
-            (Some(r), false) => r.clone(),
-            (None, true) => "working orders kept".into(),
-            (None, false) => "no reason given".into(),
+        let mut notes = Vec::new();
+        if let Some(r) = &opts.reason {
+            notes.push(r.clone());
+        }
+        if opts.keep_working {
+            notes.push("working orders kept".into());
+        }
+        if opts.flatten {
+            notes.push("open positions flattened".into());
+        }
+        record.reason = Some(match notes.len() {
+            0 => "no reason given".into(),
+            1 if opts.reason.is_some() => notes.remove(0),
+            _ if opts.reason.is_some() => {
+                let r = notes.remove(0);
+                format!("{r} ({})", notes.join(", "))
+            }
+            _ => notes.join(", "),
         });
         self.audit.append(&record).await?;
+        let mut desks: BTreeMap<String, Account> = accounts
+            .iter()
+            .flatten()
+            .map(|a| (a.account_id.clone(), a.clone()))
+            .collect();
+        let ids: Option<Vec<String>> = accounts
+            .as_ref()
+            .map(|a| a.iter().map(|a| a.account_id.clone()).collect());
         let mut pulled = Vec::new();
         if !opts.keep_working {
-            let mut desks: BTreeMap<String, Account> = accounts
-                .iter()
-                .flatten()
-                .map(|a| (a.account_id.clone(), a.clone()))
-                .collect();
-            let ids: Option<Vec<String>> = accounts
-                .as_ref()
-                .map(|a| a.iter().map(|a| a.account_id.clone()).collect());
             let mut seen = HashSet::new();
-            self.pull_pass(
-                &engagement,
-                &by,
-                ids.as_deref(),
-                &mut desks,
-                &mut seen,
-                &mut pulled,
-            )
-            .await?;
-            tokio::time::sleep(self.relist_after).await;
-            self.pull_pass(
-                &engagement,
-                &by,
-                ids.as_deref(),
-                &mut desks,
-                &mut seen,
-                &mut pulled,
-            )
-            .await?;
+            for pass in 0..2 {
+                if pass > 0 {
+                    tokio::time::sleep(self.relist_after).await;
+                }
+                self.pull_pass(
+                    &engagement,
+                    &by,
+                    ids.as_deref(),
+                    &mut desks,
+                    &mut seen,
+                    &mut pulled,
+                )
+                .await?;
+            }
         }
-        Ok(Engaged { control, pulled })
+        let flattened = if opts.flatten {
+            self.flatten(&control, &engagement, &by, accounts.as_deref())
+                .await?
+        } else {
+            Vec::new()
+        };
+        Ok(Engaged {
+            control,
+            pulled,
+            flattened,
+        })
     }
 
     /// Releases the switch (the engagement stays, as the last one, for `status`).
@@ -269,7 +419,7 @@ impl KillSwitch {
         Ok(control)
     }
 
-    /// The switch and how the cancels of its last engagement stand.
+    /// The switch and how the cancels and closing orders of its last engagement stand.
     pub async fn status(&self) -> Result<Status, ApiError> {
         let control = self.control.get_control().await?;
         let mut actions = Vec::new();
@@ -297,8 +447,12 @@ impl KillSwitch {
                 )
             })
             .collect();
+        let (closing, cancels): (Vec<ActionRecord>, Vec<ActionRecord>) = actions
+            .into_iter()
+            .partition(|a| a.action_type == ActionType::OrderSubmitCl);
         Ok(Status {
-            cancels: count(&actions),
+            cancels: count(&cancels),
+            flattening: count(&closing),
             control,
             failures,
         })
@@ -345,7 +499,7 @@ impl KillSwitch {
 
     /// Queues this engagement's cancel of an order still at the broker (re-read: the
     /// listing may lag), unless one is queued already. `None`: the order is no longer at
-    /// the broker.
+    /// the broker, or it is one of this engagement's own closing orders.
     async fn pull(
         &self,
         engagement: &str,
@@ -360,33 +514,21 @@ impl KillSwitch {
             return Ok(None);
         }
         let account_id = order.terms.account_id.clone();
-        if !desks.contains_key(&account_id) {
-            let account = self
-                .accounts
-                .get_account(&account_id)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::internal(format!("order {order_id}: no account {account_id}"))
-                })?;
-            desks.insert(account_id.clone(), account);
+        if order
+            .action_id
+            .as_deref()
+            .is_some_and(|a| is_flatten_id(engagement, &account_id, &order.terms.symbol, a))
+        {
+            return Ok(None);
         }
-        let desk = desks
-            .get(&account_id)
-            .map(|a| a.desk.clone())
-            .unwrap_or_default();
+        let desk = self.account(&account_id, desks).await?.desk;
         for attempt in 0..MAX_ATTEMPTS {
             let action_id = cancel_action_id(engagement, order_id, attempt);
             match self.actions.get_action(&action_id).await? {
                 // Failed while the order is still at the broker: the next attempt.
                 Some(a) if a.status == ActionStatus::Failed => continue,
                 Some(a) => {
-                    if a.enqueued_at.is_none() {
-                        // Queued, maybe never sent (a lost send): send again; the queue
-                        // deduplicates on the action id and the worker is idempotent.
-                        if let Err(e) = send_message(&self.dispatch, &a).await {
-                            tracing::warn!(action_id = %a.action_id, error = %e.message, "resending a kill switch cancel failed; the sweeper sends it");
-                        }
-                    }
+                    self.resend_if_unsent(&a).await;
                     return Ok(Some((Some(action_id), Pull::AlreadyQueued)));
                 }
                 None => {
@@ -405,8 +547,35 @@ impl KillSwitch {
         )))
     }
 
-    /// Stores and queues one cancel: its key, the action and its audit record in one
-    /// atomic write (the embedded store queues it in that write), then the send.
+    /// An account, read once per engage.
+    async fn account(
+        &self,
+        account_id: &str,
+        desks: &mut BTreeMap<String, Account>,
+    ) -> Result<Account, ApiError> {
+        if let Some(a) = desks.get(account_id) {
+            return Ok(a.clone());
+        }
+        let account = self
+            .accounts
+            .get_account(account_id)
+            .await?
+            .ok_or_else(|| ApiError::internal(format!("no account {account_id}")))?;
+        desks.insert(account_id.to_string(), account.clone());
+        Ok(account)
+    }
+
+    /// An action queued by an earlier engage, maybe never sent (a lost send): sent again;
+    /// the queue deduplicates on the action id and the worker is idempotent.
+    async fn resend_if_unsent(&self, a: &ActionRecord) {
+        if a.enqueued_at.is_none() {
+            if let Err(e) = send_message(&self.dispatch, a).await {
+                tracing::warn!(action_id = %a.action_id, error = %e.message, "resending a kill switch action failed; the sweeper sends it");
+            }
+        }
+    }
+
+    /// Stores and queues one cancel.
     async fn queue_cancel(
         &self,
         engagement: &str,
@@ -416,46 +585,80 @@ impl KillSwitch {
         attempt: u32,
         action_id: &str,
     ) -> Result<Pull, ApiError> {
+        let queued = Queued {
+            engagement,
+            by,
+            action_id,
+            key: cancel_key(engagement, &order.order_id, attempt),
+            account_id: &order.terms.account_id,
+            desk,
+            order_id: order.order_id.clone(),
+            payload: NormalizedPayload::OrderCancel(NormalizedCancel {
+                account_id: order.terms.account_id.clone(),
+                order_id: order.order_id.clone(),
+            }),
+            reason: format!(
+                "the kill switch pulls order {} ({} {} {} {}, {})",
+                order.order_id,
+                order.terms.side,
+                order.terms.quantity,
+                order.terms.symbol,
+                order.terms.order_type,
+                order.status
+            ),
+            reserve: None,
+        };
+        match self.queue(queued).await? {
+            CommitOutcome::Committed => Ok(Pull::Queued),
+            // Another engage queued it first.
+            CommitOutcome::Conflict(Conflict::Key) => Ok(Pull::AlreadyQueued),
+            CommitOutcome::Conflict(c) => Err(ApiError::internal(format!(
+                "a kill switch cancel met a condition it does not set: {c:?}"
+            ))),
+        }
+    }
+
+    /// Stores and queues one action of the kill switch: its key, the action, its audit
+    /// record and (a closing order) its contracts' reservation in one atomic write, as an
+    /// accepted execute's (the embedded store queues it in that write), then the send. A
+    /// conflict is returned as is: nothing was written.
+    async fn queue(&self, q: Queued<'_>) -> Result<CommitOutcome, ApiError> {
         let now = self.clock.now_ms();
-        let requester = requested_by(by);
-        let key = cancel_key(engagement, &order.order_id, attempt);
+        let requester = requested_by(q.by);
+        let action_type = q.payload.action_type();
         let refs = ResourceRefs {
-            order_id: Some(order.order_id.clone()),
+            order_id: Some(q.order_id.clone()),
             job_id: None,
         };
-        let payload = NormalizedPayload::OrderCancel(NormalizedCancel {
-            account_id: order.terms.account_id.clone(),
-            order_id: order.order_id.clone(),
-        });
         let message = QueueMessage {
             schema: QUEUE_MESSAGE_SCHEMA.into(),
-            action_id: action_id.to_string(),
-            plan_id: engagement.to_string(),
-            action_type: ActionType::OrderCancel,
-            normalized_payload: payload,
+            action_id: q.action_id.to_string(),
+            plan_id: q.engagement.to_string(),
+            action_type,
+            normalized_payload: q.payload,
             resource_refs: refs.clone(),
             requested_by: requester.clone(),
             service_principal: PRINCIPAL.into(),
             enqueued_at: rfc3339(now),
             trace: Trace {
-                request_id: engagement.to_string(),
+                request_id: q.engagement.to_string(),
                 ..Trace::default()
             },
         };
         let in_commit = self.ledger.queues_in_commit();
         let group = message.normalized_payload.message_group();
         let action = ActionRecord {
-            action_id: action_id.to_string(),
-            plan_id: engagement.to_string(),
-            action_type: ActionType::OrderCancel,
+            action_id: q.action_id.to_string(),
+            plan_id: q.engagement.to_string(),
+            action_type,
             status: ActionStatus::Queued,
-            queue_target: ActionType::OrderCancel.queue_target(),
+            queue_target: action_type.queue_target(),
             resource_refs: refs.clone(),
-            account_id: order.terms.account_id.clone(),
-            desk: desk.to_string(),
+            account_id: q.account_id.to_string(),
+            desk: q.desk.to_string(),
             requested_by: requester.clone(),
             service_principal: PRINCIPAL.into(),
-            idempotency_key: key.clone(),
+            idempotency_key: q.key.clone(),
             message,
             enqueued_at: in_commit.then_some(now),
             created_at: now,
@@ -465,16 +668,16 @@ impl KillSwitch {
         let owner = new_id("own", now);
         let key_record = KeyRecord {
             principal: key_scope(PRINCIPAL, &requester),
-            key: key.clone(),
+            key: q.key.clone(),
             fingerprint: sha256_hex(
-                format!("{engagement}\u{0}{requester}\u{0}{PRINCIPAL}").as_bytes(),
+                format!("{}\u{0}{requester}\u{0}{PRINCIPAL}", q.engagement).as_bytes(),
             ),
-            plan_id: engagement.to_string(),
+            plan_id: q.engagement.to_string(),
             requested_by: requester.clone(),
             state: KeyState::Decided {
                 decision: Decision::Queued {
-                    action_id: action_id.to_string(),
-                    plan_id: engagement.to_string(),
+                    action_id: q.action_id.to_string(),
+                    plan_id: q.engagement.to_string(),
                     queue_target: action.queue_target,
                     resource_refs: refs.clone(),
                 },
@@ -483,21 +686,13 @@ impl KillSwitch {
             created_at: now,
             expires_at: now + REPLAY_WINDOW_MS,
         };
-        let mut audit = audit_record(now, engagement, &requester, "queued");
+        let mut audit = audit_record(now, q.engagement, &requester, "queued");
         audit.reason_code = Some("kill_switch".into());
-        audit.reason = Some(format!(
-            "the kill switch pulls order {} ({} {} {} {}, {})",
-            order.order_id,
-            order.terms.side,
-            order.terms.quantity,
-            order.terms.symbol,
-            order.terms.order_type,
-            order.status
-        ));
-        audit.action_type = Some(ActionType::OrderCancel);
-        audit.action_id = Some(action_id.to_string());
-        audit.idempotency_key = Some(key);
-        audit.order_id = Some(order.order_id.clone());
+        audit.reason = Some(q.reason);
+        audit.action_type = Some(action_type);
+        audit.action_id = Some(q.action_id.to_string());
+        audit.idempotency_key = Some(q.key);
+        audit.order_id = Some(q.order_id);
         let commit = ExecuteCommit {
             key: key_record,
             key_condition: KeyCondition::Absent,
@@ -505,7 +700,7 @@ impl KillSwitch {
             control_version: None,
             account_active: None,
             rate: None,
-            reserve: None,
+            reserve: q.reserve,
             // The operator's control action: not counted on the account's message window,
             // so the message throttle never refuses it.
             messages: None,
@@ -513,24 +708,293 @@ impl KillSwitch {
             enqueue_group: in_commit.then_some(group),
             audit,
         };
-        match self.ledger.commit(&commit, now).await? {
-            CommitOutcome::Committed => {}
-            // Another engage queued it first.
-            CommitOutcome::Conflict(Conflict::Key) => return Ok(Pull::AlreadyQueued),
-            CommitOutcome::Conflict(c) => {
-                return Err(ApiError::internal(format!(
-                    "a kill switch cancel met a condition it does not set: {c:?}"
-                )))
-            }
-        }
-        if !in_commit {
+        let outcome = self.ledger.commit(&commit, now).await?;
+        if outcome == CommitOutcome::Committed && !in_commit {
             if let Err(e) = send_message(&self.dispatch, &action).await {
                 // Stored: the sweeper sends it.
-                tracing::warn!(action_id = %action.action_id, error = %e.message, "sending a kill switch cancel failed; the sweeper sends it");
+                tracing::warn!(action_id = %action.action_id, error = %e.message, "sending a kill switch action failed; the sweeper sends it");
             }
         }
-        Ok(Pull::Queued)
+        Ok(outcome)
     }
+
+    /// A closing order for every open position of `accounts` (every account: `None`).
+    async fn flatten(
+        &self,
+        control: &Control,
+        engagement: &str,
+        by: &str,
+        accounts: Option<&[Account]>,
+    ) -> Result<Vec<Flattened>, ApiError> {
+        let accounts = match accounts {
+            Some(a) => a.to_vec(),
+            None => self.all_accounts().await?,
+        };
+        let pol = policy::in_force(&self.policy, control);
+        let mut out = Vec::new();
+        for account in &accounts {
+            let held =
+                super::day_pnl::positions_of(self.positions.as_ref(), &account.account_id).await?;
+            let open: Vec<&Position> = held.iter().filter(|p| p.quantity != 0).collect();
+            if open.is_empty() {
+                continue;
+            }
+            let day_pnl =
+                super::day_pnl::day_pnl_of(self.prices.as_ref(), &held, self.clock.now()).await?;
+            for p in open {
+                let side = if p.quantity > 0 {
+                    Side::Sell
+                } else {
+                    Side::Buy
+                };
+                let mut f = Flattened {
+                    account_id: p.account_id.clone(),
+                    symbol: p.symbol.clone(),
+                    position: p.quantity,
+                    side,
+                    limit_price: None,
+                    action_id: None,
+                    outcome: Pull::AlreadyQueued,
+                };
+                match self
+                    .flatten_one(engagement, by, account, p, pol, &day_pnl)
+                    .await
+                {
+                    Ok((action_id, limit, outcome)) => {
+                        f.action_id = action_id;
+                        f.limit_price = limit;
+                        f.outcome = outcome;
+                    }
+                    Err(e) => f.outcome = Pull::NotQueued(e.cause.unwrap_or(e.message)),
+                }
+                out.push(f);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every account, every page.
+    async fn all_accounts(&self) -> Result<Vec<Account>, ApiError> {
+        const PAGE: u32 = 200;
+        let mut out: Vec<Account> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .accounts
+                .list_accounts(&DeskScope::All, &Page { after, limit: PAGE })
+                .await?;
+            let full = page.len() == PAGE as usize;
+            after = page.last().map(|a| a.account_id.clone());
+            out.extend(page);
+            if !full {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// This engagement's closing order of one position: found (queued, or at the broker),
+    /// or queued now under the next attempt number, or why not.
+    async fn flatten_one(
+        &self,
+        engagement: &str,
+        by: &str,
+        account: &Account,
+        position: &Position,
+        pol: &Policy,
+        day_pnl: &crate::core::domain::pnl::DayPnl,
+    ) -> Result<(Option<String>, Option<Price>, Pull), ApiError> {
+        let (account_id, symbol) = (&account.account_id, &position.symbol);
+        for attempt in 0..MAX_ATTEMPTS {
+            let action_id = flatten_action_id(engagement, account_id, symbol, attempt);
+            let Some(a) = self.actions.get_action(&action_id).await? else {
+                let (limit, outcome) = self
+                    .queue_closing(engagement, by, account, position, pol, day_pnl, attempt)
+                    .await?;
+                let id = matches!(outcome, Pull::Queued | Pull::AlreadyQueued).then_some(action_id);
+                return Ok((id, limit, outcome));
+            };
+            let limit = a
+                .message
+                .normalized_payload
+                .order()
+                .and_then(|o| o.terms.limit_price);
+            match a.status {
+                ActionStatus::Queued | ActionStatus::Processing => {
+                    self.resend_if_unsent(&a).await;
+                    return Ok((Some(action_id), limit, Pull::AlreadyQueued));
+                }
+                // Settled: still live if its order is at the broker; otherwise (refused,
+                // rejected, filled, cancelled) the position left open needs another.
+                _ => {
+                    let live = match a.resource_refs.order_id.as_deref() {
+                        Some(o) => self
+                            .orders
+                            .get_order(o)
+                            .await?
+                            .is_some_and(|o| o.status.is_at_the_broker()),
+                        None => false,
+                    };
+                    if live {
+                        return Ok((Some(action_id), limit, Pull::AlreadyQueued));
+                    }
+                }
+            }
+        }
+        Ok((
+            None,
+            None,
+            Pull::NotQueued(format!(
+                "{MAX_ATTEMPTS} closing orders of {account_id} {symbol} ended in this engagement with the position still open"
+            )),
+        ))
+    }
+
+    /// Checks and queues one closing order: the opposite side, the net quantity, a day
+    /// market order protected from the reference price read now, under the checks the
+    /// worker makes before the broker; its contracts reserved as an execute reserves them.
+    #[allow(clippy::too_many_arguments)]
+    async fn queue_closing(
+        &self,
+        engagement: &str,
+        by: &str,
+        account: &Account,
+        position: &Position,
+        pol: &Policy,
+        day_pnl: &crate::core::domain::pnl::DayPnl,
+        attempt: u32,
+    ) -> Result<(Option<Price>, Pull), ApiError> {
+        let (account_id, symbol) = (&account.account_id, &position.symbol);
+        let side = if position.quantity > 0 {
+            Side::Sell
+        } else {
+            Side::Buy
+        };
+        let not_queued = |why: String| Ok((None, Pull::NotQueued(why)));
+        if account.status != AccountStatus::Active {
+            return not_queued(format!(
+                "account {account_id} is {}: its orders are not sent",
+                account.status
+            ));
+        }
+        let quantity = match Quantity::new(position.quantity.saturating_abs()) {
+            Ok(q) => q,
+            Err(why) => return not_queued(why),
+        };
+        let request = OrderSubmitCl {
+            account_id: Ident::parse(account_id).map_err(ApiError::internal)?,
+            symbol: symbol.clone(),
+            side,
+            quantity,
+            order_type: OrderType::Market,
+            limit_price: None,
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        };
+        let contract = ClContract::parse(symbol).ok();
+        let reference = self.prices.quote(symbol).await?;
+        let (order, protection) = policy::protect(&request, reference.map(|q| q.price), pol);
+        let cal = ExchangeCalendar::cme();
+        let inputs = OrderInputs {
+            policy: pol,
+            calendar: cal,
+            now: self.clock.now(),
+            account_id,
+            order: &order,
+            contract,
+            exposure: Default::default(),
+            reference,
+            day_pnl: Some(day_pnl),
+        };
+        if let Some(c) = policy::recheck_at_worker(&inputs)
+            .into_iter()
+            .find(crate::core::records::RiskCheck::failed)
+        {
+            return not_queued(format!("{}: {}", c.name, c.reason));
+        }
+        let terms = OrderTerms {
+            account_id: account_id.clone(),
+            symbol: contract
+                .map(|c| c.symbol())
+                .unwrap_or_else(|| symbol.clone()),
+            side,
+            quantity: quantity.get(),
+            order_type: order.order_type,
+            limit_price: order.limit_price,
+            stop_price: None,
+            time_in_force: TimeInForce::Day,
+        };
+        let limit = terms.limit_price;
+        let reason = format!(
+            "the kill switch flattens {account_id} {symbol} (position {:+}): {side} {} as a limit at {} ({})",
+            position.quantity,
+            quantity.get(),
+            limit.map(|p| p.to_string()).unwrap_or_default(),
+            match &protection {
+                Some(p) => format!(
+                    "the reference price {} {} market_protection_points {}",
+                    p.from_price,
+                    if side == Side::Buy { "plus" } else { "less" },
+                    p.points
+                ),
+                None => "unprotected".into(),
+            }
+        );
+        let queued = Queued {
+            engagement,
+            by,
+            action_id: &flatten_action_id(engagement, account_id, symbol, attempt),
+            key: flatten_key(engagement, account_id, symbol, attempt),
+            account_id,
+            desk: &account.desk,
+            order_id: new_id("ord", self.clock.now_ms()),
+            payload: NormalizedPayload::OrderSubmitCl(NormalizedOrder {
+                contract_month: contract.map(|c| c.contract_month()),
+                last_trade_date: contract.map(|c| c.last_trade_date(cal).to_string()),
+                market_protection: protection,
+                terms,
+            }),
+            reason,
+            // As an execute reserves an order's contracts: within the position limit with
+            // the open orders (the pulled ones until their cancels land), under the policy
+            // in force (close-only past the daily loss limit).
+            reserve: Some(Reservation {
+                side,
+                bound: policy::reservation_bound(&inputs),
+                delta: ExposureDelta::reserve(account_id, symbol, side, i64::from(quantity.get())),
+            }),
+        };
+        Ok(match self.queue(queued).await? {
+            CommitOutcome::Committed => (limit, Pull::Queued),
+            CommitOutcome::Conflict(Conflict::Key) => (limit, Pull::AlreadyQueued),
+            CommitOutcome::Conflict(Conflict::Position) => (
+                None,
+                Pull::NotQueued(format!(
+                    "position_limit: {account_id} {symbol}'s open {side} orders leave no room for a closing {side} of {} under the policy's limit (the pulled orders count until their cancels land); engage with --flatten again once they are cancelled",
+                    quantity.get()
+                )),
+            ),
+            CommitOutcome::Conflict(c) => {
+                return Err(ApiError::internal(format!(
+                    "a kill switch closing order met a condition it does not set: {c:?}"
+                )))
+            }
+        })
+    }
+}
+
+/// One action of the kill switch to store and queue ([`KillSwitch::queue`]).
+struct Queued<'a> {
+    engagement: &'a str,
+    by: &'a str,
+    action_id: &'a str,
+    key: String,
+    account_id: &'a str,
+    desk: &'a str,
+    order_id: String,
+    payload: NormalizedPayload,
+    /// The audit record's reason.
+    reason: String,
+    reserve: Option<Reservation>,
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! claimed order, and refusing an order that was never sent.
 
 use super::*;
+use crate::core::usecases::kill_switch;
 
 /// The kill switch, read before every order submission: `Some(error)` if it is engaged.
 pub(super) async fn kill_switch(st: &Worker, order_id: &str) -> Result<Option<String>, ApiError> {
@@ -41,6 +42,20 @@ pub(crate) async fn pre_broker_gate(
     order: &Order,
     what: &str,
 ) -> Result<Option<String>, ApiError> {
+    pre_broker_gate_of(st, order, what, None).await
+}
+
+/// [`pre_broker_gate`] for an order submission's stored message `msg`: the kill switch's
+/// closing order of its current engagement passes the engaged switch
+/// ([`kill_switch::is_flattening`]), and any closing order of the kill switch must only
+/// reduce the position found now ([`kill_switch::reduces_only`]), so a position that moved
+/// since it was queued is never reversed.
+pub(crate) async fn pre_broker_gate_of(
+    st: &Worker,
+    order: &Order,
+    what: &str,
+    msg: Option<&QueueMessage>,
+) -> Result<Option<String>, ApiError> {
     // Its reads side by side: one of the control record for both the kill switch and the
     // policy in force, the exposure, the account, the reference price, the day's P&L.
     let account_id = &order.terms.account_id;
@@ -61,8 +76,18 @@ pub(crate) async fn pre_broker_gate(
             st.clock.now(),
         ),
     )?;
-    if let Some(why) = engaged(&control, what) {
-        return Ok(Some(why));
+    let closing = msg.filter(|m| kill_switch::is_closing_order(m));
+    if !closing.is_some_and(|m| kill_switch::is_flattening(m, &control)) {
+        if let Some(why) = engaged(&control, what) {
+            return Ok(Some(why));
+        }
+    }
+    if closing.is_some() {
+        if let Err(why) =
+            kill_switch::reduces_only(exposure.position, order.terms.side, order.terms.quantity)
+        {
+            return Ok(Some(why));
+        }
     }
     let request = crate::core::domain::OrderSubmitCl {
         account_id: crate::core::domain::Ident::parse(&order.terms.account_id)
@@ -137,7 +162,8 @@ pub(super) async fn reject_unsent(
     Ok(st.store.advance_order(order, &next, None, None).await?)
 }
 
-/// An order submission the sweeper will not send because the kill switch is engaged:
+/// An order submission the sweeper will not send because the kill switch is engaged (the
+/// kill switch's own closing orders excepted):
 /// its order is recorded `rejected` (so what execute reserved is released) and the
 /// error to fail the action with is returned. `None`: the switch is not engaged.
 pub(crate) async fn refuse_unsent_submission(
@@ -147,7 +173,12 @@ pub(crate) async fn refuse_unsent_submission(
     let Some(order_id) = action.resource_refs.order_id.as_deref() else {
         return Ok(None);
     };
-    let Some(why) = kill_switch(st, order_id).await? else {
+    let control = st.control.get_control().await?;
+    // The kill switch's own closing order is sent: the worker's gate decides it.
+    if kill_switch::is_flattening(&action.message, &control) {
+        return Ok(None);
+    }
+    let Some(why) = engaged(&control, &format!("order {order_id}")) else {
         return Ok(None);
     };
     Ok(reject_unsent_order(st, action).await?.then_some(why))

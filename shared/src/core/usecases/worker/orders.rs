@@ -240,7 +240,14 @@ pub(crate) async fn submit(
                 }
             }
             OrderStatus::Submitted => {
-                match pre_broker_gate(st, &order, &format!("order {}", order.order_id)).await? {
+                match pre_broker_gate_of(
+                    st,
+                    &order,
+                    &format!("order {}", order.order_id),
+                    Some(msg),
+                )
+                .await?
+                {
                     // Claimed by this delivery and not sent: the broker cannot have it.
                     Some(why) if claimed_here && !sent_here => {
                         if reject_unsent(st, &order, now).await? {
