@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the local AWS emulator (moto's server mode) that the AWS-backend tests run against:
 # a virtualenv at <repo>/.venv with pinned moto[server] and cryptography (KMS ECC signing),
-# the AWS CLI v1 (<repo>/.venv/bin/aws, its botocore vendored: no conflict with moto's; the
-# README's AWS CLI recipes run with it in tests/tests/e2e/deploy_walk.rs), and libfaketime
+# the AWS CLI v1 in a venv of its own (<repo>/.venv/awscli/bin/aws: .venv/bin is on the
+# deploy PATH of README's "Tools", where it would shadow the user's own AWS CLI; the README's
+# AWS CLI recipes run with it in tests/tests/e2e/deploy_walk.rs), and libfaketime
 # (its wheel ships the x86-64 libfaketime.so.1, linked to <repo>/.venv/lib/libfaketime.so.1):
 # the permission proof (tests/tests/e2e/permissions.rs) runs the real Lambda binaries, which
 # read only the system clock, at a fixed trading hour.
@@ -30,7 +31,6 @@ AWSCLI_VERSION="1.46.3"
 pins=(
     "moto[server]==$MOTO_VERSION"
     "cryptography==$CRYPTOGRAPHY_VERSION"
-    "awscli==$AWSCLI_VERSION"
     "libfaketime==$LIBFAKETIME_VERSION"
 )
 
@@ -106,15 +106,18 @@ EOF
 
 # Creates or repairs the venv and installs the pins when one differs (scripts/venv.sh).
 ensure_venv --label emulator --min-python 3.11 --constraints "$constraints" "$venv" "${pins[@]}"
+# The AWS CLI (its botocore vendored), with the same constraints for its few dependencies.
+ensure_venv --label emulator --min-python 3.11 --constraints "$constraints" "$venv/awscli" \
+    "awscli==$AWSCLI_VERSION"
 
 if ! "$venv/bin/moto_server" --help >/dev/null 2>&1; then
     echo "emulator: $venv/bin/moto_server --help failed:" >&2
     "$venv/bin/moto_server" --help >&2 || true
     exit 1
 fi
-if ! "$venv/bin/aws" --version >/dev/null 2>&1; then
-    echo "emulator: $venv/bin/aws --version failed:" >&2
-    "$venv/bin/aws" --version >&2 || true
+if ! "$venv/awscli/bin/aws" --version >/dev/null 2>&1; then
+    echo "emulator: $venv/awscli/bin/aws --version failed:" >&2
+    "$venv/awscli/bin/aws" --version >&2 || true
     exit 1
 fi
 # ECC signing for KMS needs a working cryptography backend (a wheel, or a built one).
@@ -135,5 +138,5 @@ fi
 
 echo "emulator: moto $("$py" -c 'from importlib.metadata import version as v; print(v("moto"))')" \
     "(cryptography $("$py" -c 'from importlib.metadata import version as v; print(v("cryptography"))'))" \
-    "aws-cli $("$py" -c 'from importlib.metadata import version as v; print(v("awscli"))')" \
-    "ready: $venv/bin/moto_server; libfaketime: $venv/lib/libfaketime.so.1"
+    "ready: $venv/bin/moto_server; libfaketime: $venv/lib/libfaketime.so.1;" \
+    "$("$venv/awscli/bin/aws" --version 2>&1 | cut -d' ' -f1): $venv/awscli/bin/aws"
