@@ -1027,6 +1027,99 @@ mod tests {
     }
 
     #[test]
+    fn a_closing_order_only_reduces_the_position_it_finds() {
+        use Side::*;
+        for (position, side, q, ok, word) in [
+            (3, Sell, 3, true, ""),
+            (3, Sell, 1, true, ""),
+            (-2, Buy, 2, true, ""),
+            (1, Sell, 3, false, "reverse it (-2)"),
+            (-1, Buy, 2, false, "reverse it (+1)"),
+            (2, Buy, 2, false, "increase it (+4)"),
+            (-2, Sell, 1, false, "increase it (-3)"),
+            (0, Sell, 3, false, "would open one (-3)"),
+            (0, Buy, 1, false, "would open one (+1)"),
+        ] {
+            let r = reduces_only(position, side, q);
+            assert_eq!(r.is_ok(), ok, "{position} {side:?} {q}: {r:?}");
+            if let Err(why) = r {
+                assert!(why.starts_with("kill_switch_flatten: "), "{why}");
+                assert!(why.contains(word), "{why}");
+            }
+        }
+    }
+
+    fn closing_message(engagement: &str, action_id: &str, principal: &str) -> QueueMessage {
+        serde_json::from_value(serde_json::json!({
+            "schema": QUEUE_MESSAGE_SCHEMA, "action_id": action_id, "plan_id": engagement,
+            "action_type": "order.submit.cl",
+            "normalized_payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": "sell",
+                "quantity": 3, "order_type": "limit", "limit_price": "67.90",
+                "time_in_force": "day", "contract_month": null, "last_trade_date": null},
+            "resource_refs": {"order_id": "ord_1"}, "requested_by": "kill-switch:cli:ann",
+            "service_principal": principal, "enqueued_at": "2026-11-23T15:00:00Z",
+            "trace": {"request_id": engagement}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_current_engagements_own_closing_orders_pass_the_engaged_switch() {
+        let mut control = Control::default();
+        control.engage("ks_1", 0, "cli:ann", None);
+        let id = flatten_action_id("ks_1", "ACC-1", "CLF27", 2);
+        assert!(crate::core::parse::check_ident("/action_id", &id).is_ok());
+        assert!(crate::core::domain::IdempotencyKey::parse(&flatten_key(
+            "ks_1", "ACC-1", "CLF27", 2
+        ))
+        .is_ok());
+        let own = closing_message("ks_1", &id, PRINCIPAL);
+        assert!(is_closing_order(&own));
+        assert!(is_flattening(&own, &control));
+        // A principal that calls itself the kill switch, with any plan or action id an
+        // execute makes: not one.
+        for forged in [
+            closing_message("pln_1", "act_1", PRINCIPAL),
+            closing_message("ks_1", "act_1", PRINCIPAL),
+            closing_message("pln_1", &id, PRINCIPAL),
+            closing_message("ks_1", &id, "mastra-dev"),
+            // Another contract's or account's id, another engagement's.
+            closing_message(
+                "ks_1",
+                &flatten_action_id("ks_1", "ACC-2", "CLF27", 0),
+                PRINCIPAL,
+            ),
+            closing_message(
+                "ks_1",
+                &flatten_action_id("ks_1", "ACC-1", "CLG27", 0),
+                PRINCIPAL,
+            ),
+            closing_message(
+                "ks_2",
+                &flatten_action_id("ks_2", "ACC-1", "CLF27", 0),
+                PRINCIPAL,
+            ),
+            // Past the attempts an engagement makes.
+            closing_message(
+                "ks_1",
+                &flatten_action_id("ks_1", "ACC-1", "CLF27", MAX_ATTEMPTS),
+                PRINCIPAL,
+            ),
+        ] {
+            assert!(!is_flattening(&forged, &control), "{forged:?}");
+        }
+        // Released: no exception is needed, none is made.
+        let mut released = control.clone();
+        released.trade_execute_enabled = true;
+        assert!(!is_flattening(&own, &released));
+        // A cancel of the kill switch is not a closing order.
+        let mut cancel = own.clone();
+        cancel.action_type = ActionType::OrderCancel;
+        assert!(!is_closing_order(&cancel));
+        assert_ne!(id, cancel_action_id("ks_1", "ACC-1", 2));
+    }
+
+    #[test]
     fn only_orders_at_the_broker_are_pulled() {
         use OrderStatus::*;
         for (status, pulled) in [
