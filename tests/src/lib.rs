@@ -255,6 +255,14 @@ impl Server {
         Stack::new(backend).start(env)
     }
 
+    /// A server at [`MARKET_OPEN`] with the shipped default policy ([`Stack::operator_mode`]:
+    /// new orders wait for an operator on the approval page).
+    pub fn operator_mode_at_open(backend: Backend) -> Server {
+        Stack::new(backend)
+            .operator_mode()
+            .start(&[("AIRLOCK_NOW", MARKET_OPEN)])
+    }
+
     /// An embedded server on an existing state dir.
     pub fn start_in(state_dir: PathBuf, env: &[(&str, &str)]) -> Server {
         Stack {
@@ -323,6 +331,24 @@ impl Server {
     /// Runs the CLI on this server's state and environment; returns stdout.
     pub fn cli(&self, args: &[&str]) -> String {
         cli(&self.state_dir, &self.env, args)
+    }
+
+    /// Fills `quantity` of a working order at the paper broker (`airlock broker fill`), at
+    /// `price` or the order's own; returns the broker's order after the fill.
+    pub fn broker_fill(
+        &self,
+        account: &str,
+        order_id: &str,
+        quantity: u32,
+        price: Option<&str>,
+    ) -> Value {
+        let quantity = quantity.to_string();
+        let mut args = vec!["broker", "fill", "--account", account, "--order", order_id];
+        args.extend(["--quantity", &quantity]);
+        if let Some(p) = price {
+            args.extend(["--price", p]);
+        }
+        serde_json::from_str(&self.cli(&args)).expect("the broker's order")
     }
 
     pub fn service_token(&self) -> String {
@@ -512,6 +538,11 @@ impl Resp {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
 
+    /// The error's message (`error.message`; empty if there is none).
+    pub fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or("")
+    }
+
     /// A plan's risk check by name.
     #[track_caller]
     pub fn check(&self, name: &str) -> &Value {
@@ -645,19 +676,46 @@ impl Api {
         })
     }
 
+    /// One tool called through MCP (protocol 2026-07-28, `POST /mcp`, answered 200): the
+    /// JSON-RPC result.
+    pub async fn mcp_tool(&self, name: &str, arguments: Value) -> Value {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {
+                "name": name,
+                "arguments": arguments,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        });
+        let r = self
+            .http
+            .post(format!("{}/mcp", self.base))
+            .header("authorization", format!("Bearer {}", self.service))
+            .header("x-operator-token", &self.operator)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("POST /mcp");
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.expect("JSON-RPC");
+        v["result"].clone()
+    }
+
     pub async fn get(&self, path: &str) -> Resp {
         self.send(self.http.get(format!("{}{path}", self.base)))
             .await
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Resp {
-        self.send(
-            self.http
-                .post(format!("{}{path}", self.base))
-                .header("content-type", "application/json")
-                .body(body.to_string()),
-        )
-        .await
+        self.try_post(path, body).await.expect("HTTP request")
     }
 
     pub async fn post_raw(&self, path: &str, content_type: &str, body: Vec<u8>) -> Resp {
@@ -787,6 +845,21 @@ pub const TRADER_ARGS: [&str; 6] = [
 /// A command line about the demo trader: `head`, then [`TRADER_ARGS`].
 pub fn trader_args<'a>(head: &[&'a str]) -> Vec<&'a str> {
     head.iter().copied().chain(TRADER_ARGS).collect()
+}
+
+/// The string `field` of every object in the JSON array `list`, in order (a test's view of
+/// a listing's ids, a plan's check names...).
+#[track_caller]
+pub fn column<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
+        .map(|row| {
+            row[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no string {field} in {row}"))
+        })
+        .collect()
 }
 
 /// Monday 2026-11-23 09:00 Chicago: CME Globex open, CLF27 tradable.

@@ -1,7 +1,7 @@
 //! The access-control matrix: every endpoint crossed with every kind of caller. Each cell
 //! asserts the exact status and code, and that a denial wrote nothing.
 
-use airlock_tests::{cli, forge, Api, Server, MARKET_OPEN};
+use airlock_tests::{cli, column, forge, Api, Server, MARKET_OPEN};
 use serde_json::{json, Value};
 
 /// Rows that a denial must not add to (audit is checked separately: rejected executes are
@@ -203,12 +203,7 @@ async fn every_endpoint_against_every_caller() {
             // Listings never show the metals account to the energy desk, nor energy rows
             // to the metals trader.
             if ep == Ep::Accounts && r.status == 200 {
-                let ids: Vec<&str> = r.body["accounts"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a["account_id"].as_str().unwrap())
-                    .collect();
+                let ids = column(&r.body["accounts"], "account_id");
                 let expect: &[&str] = match *who {
                     "trader of another desk" => &["ACC-3"],
                     "head trader" => &["ACC-1", "ACC-2", "ACC-3", "ACC-4"],

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use airlock_tests::{both, forge, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
+use airlock_tests::{both, column, forge, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use serde_json::json;
 
 fn start(b: Backend, extra: &[(&str, &str)]) -> Server {
@@ -39,12 +39,7 @@ async fn plan_then_execute_queues_once_and_replays(b: Backend) {
     assert_eq!(p["queue_target"], "worker:orders");
     assert_eq!(p["requires_confirmation"], true);
     assert!(p["policy_version"].as_str().unwrap().contains("cme-"));
-    let names: Vec<&str> = p.body["risk_checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names = column(&p.body["risk_checks"], "name");
     for n in [
         "action_enabled",
         "kill_switch",
@@ -306,10 +301,7 @@ async fn forged_expired_and_foreign_tokens_are_rejected_and_audited(b: Backend) 
     let t2 = later.trader();
     let r = t2.execute_with(&plan_id, &token, "late").await;
     r.assert_error(422, "token_expired");
-    assert!(r.body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("expired at 2026-11-23 15:05:"));
+    assert!(r.message().contains("expired at 2026-11-23 15:05:"));
     assert_eq!(later.queued_messages(), 0);
     let expired = later.audit(&plan_id);
     assert_eq!(
@@ -342,13 +334,7 @@ async fn kill_switch_closes_plans_and_takes_effect_on_a_running_server(b: Backen
     // Plans made now fail the kill_switch check, but cancels stay available.
     let blocked = t.plan_buy("CLF27", 1).await;
     assert_eq!(blocked["executable"], false);
-    let ks = blocked.body["risk_checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "kill_switch")
-        .unwrap()
-        .clone();
+    let ks = blocked.check("kill_switch").clone();
     assert_eq!(ks["status"], "fail");
     let cancel = t
         .post(
@@ -387,13 +373,7 @@ async fn rollout_modes_and_rate_limits(b: Backend) {
     s.cli(&["rollout", "order.submit.cl", "plan_only"]);
     let p = t.plan_buy("CLF27", 1).await;
     assert_eq!(p["executable"], false);
-    let c = p.body["risk_checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "action_enabled")
-        .unwrap()
-        .clone();
+    let c = p.check("action_enabled").clone();
     assert_eq!(c["status"], "fail");
     assert!(c["reason"].as_str().unwrap().contains("plan_only"));
     let r = t.execute(&p, "ro-0").await;

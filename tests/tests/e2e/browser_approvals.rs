@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use airlock_tests::browser::Browser;
 use airlock_tests::passkey::{enroll, origin_of as origin, ApprovalClient, Passkey};
-use airlock_tests::{both, Api, Backend, Resp, Stack, MARKET_OPEN};
+use airlock_tests::{both, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -40,9 +40,7 @@ async fn enrol_in(b: &Browser, link: &str, sub: &str) {
 
 both!(an_operator_approves_and_declines_on_the_page);
 async fn an_operator_approves_and_declines_on_the_page(backend: Backend) {
-    let s = Stack::new(backend)
-        .operator_mode()
-        .start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let s = Server::operator_mode_at_open(backend);
     let t = s.trader();
     let mut b = Browser::start().await;
     b.add_virtual_authenticator().await;
@@ -377,9 +375,7 @@ both!(the_plan_page_leads_with_the_decision_on_a_phone);
 /// Enter; axe-core finds nothing serious on any page (sign-in, enrolment, pending, plan,
 /// error). The embedded run writes the README's screenshots.
 async fn the_plan_page_leads_with_the_decision_on_a_phone(backend: Backend) {
-    let s = Stack::new(backend)
-        .operator_mode()
-        .start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let s = Server::operator_mode_at_open(backend);
     let t = s.trader();
     let mut b = Browser::start().await;
     b.add_virtual_authenticator().await;

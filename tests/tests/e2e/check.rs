@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use airlock_tests::faults::{Fault, FaultProxy};
-use airlock_tests::{both, Backend, Server, Stack, MARKET_OPEN};
+use airlock_tests::{both, column, Backend, Server, Stack, MARKET_OPEN};
 use serde_json::Value;
 
 /// One run of `airlock check`: exit code, table (stdout), stderr, JSON report.
@@ -108,18 +108,11 @@ const GOLDEN: [&str; 23] = [
 both!(passes_against_serve_and_queues_nothing);
 async fn passes_against_serve_and_queues_nothing(b: Backend) {
     // The shipped policy: new orders wait for an operator's approval.
-    let s = Stack::new(b)
-        .operator_mode()
-        .start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let s = Server::operator_mode_at_open(b);
     let r = check(&s, &[]);
     assert_eq!(r.code, 0, "{}\n{}", r.table, r.stderr);
     assert_eq!(r.report["failed"], 0, "{:?}", r.failed());
-    let names: Vec<&str> = r.report["scenarios"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = column(&r.report["scenarios"], "name");
     assert_eq!(names.len(), GOLDEN.len(), "{names:?}");
     for (name, want) in names.iter().zip(GOLDEN) {
         assert!(name.starts_with(want), "{name} where {want} was expected");

@@ -9,7 +9,7 @@
 //! (reference 68.40) and -2 CLG27 at 67.95 (reference 68.28: -660.00 unrealized). The
 //! paper broker fills a market order at the reference price.
 
-use airlock_tests::{both, Api, Backend, Resp, Stack, MARKET_OPEN};
+use airlock_tests::{both, column, Api, Backend, Resp, Stack, MARKET_OPEN};
 use serde_json::{json, Value};
 
 /// A stack whose policy confirms with the plan's token and sets `max_daily_loss`; prices
@@ -141,12 +141,7 @@ async fn a_loss_past_the_limit_blocks_what_adds_exposure_and_passes_reductions(b
     let e = t.execute(&early, "dl-early").await;
     assert_eq!(e.status, 422, "{:?}", e.body);
     assert_eq!(e.body["error"]["code"], "policy_violation", "{:?}", e.body);
-    let fields: Vec<&str> = e.body["error"]["details"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["field"].as_str().unwrap())
-        .collect();
+    let fields = column(&e.body["error"]["details"], "field");
     assert!(fields.contains(&"risk_checks/daily_loss"), "{fields:?}");
     // Reductions pass: buying back one of the short, selling the long down to flat.
     let p = plan(&t, order("CLG27", "buy", 1)).await;
@@ -185,18 +180,7 @@ async fn a_fill_while_an_order_is_queued_crosses_the_limit_and_the_worker_stops_
     }
     // The resting order fills at 69.50: +7, so +10 at 69.17 against 68.40 is -7,700, and
     // the day is -8,360, past the limit of 8,000.
-    s.cli(&[
-        "broker",
-        "fill",
-        "--account",
-        "ACC-1",
-        "--order",
-        &resting_id,
-        "--quantity",
-        "7",
-        "--price",
-        "69.50",
-    ]);
+    s.broker_fill("ACC-1", &resting_id, 7, Some("69.50"));
     let d = day_pnl(&t).await;
     assert_eq!(
         figures(&d),

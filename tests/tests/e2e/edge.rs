@@ -11,7 +11,7 @@ use airlock_tests::lambda::{
     LambdaEmulator, IGNORE_STAGE_ENV,
 };
 use airlock_tests::passkey::{enroll, ApprovalClient, Passkey};
-use airlock_tests::{both, raw, Api, Backend, Resp, Server, Stack, BASE, MARKET_OPEN};
+use airlock_tests::{both, raw, Api, Backend, Resp, Server, BASE};
 use serde_json::{json, Value};
 
 /// The pieces of a secret worth looking for: the whole value and, for a JWT, its payload
@@ -55,9 +55,7 @@ both!(no_secret_reaches_the_request_log);
 /// the page and executed, a token-confirmed plan executed, a sign-out; then not one of the
 /// secrets the test created or saw is anywhere in the server's log.
 async fn no_secret_reaches_the_request_log(b: Backend) {
-    let s = Stack::new(b)
-        .operator_mode()
-        .start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let s = Server::operator_mode_at_open(b);
     let t = s.trader();
     let mut secrets: Vec<(&str, String)> = vec![
         ("service token", t.service.clone()),

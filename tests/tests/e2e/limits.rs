@@ -5,7 +5,7 @@
 //! paced firm-wide as API Gateway paces `POST /actions/execute`. The holds of MCP's
 //! `execute_plan` are in `mcp.rs`.
 
-use airlock_tests::{both, Api, Backend, Server, Stack, MARKET_OPEN};
+use airlock_tests::{both, Api, Backend, Server, MARKET_OPEN};
 use serde_json::{json, Value};
 
 /// `name{labels}` -> value, from `GET /metrics`.
@@ -35,9 +35,7 @@ fn approval_required_records(s: &Server, plan_id: &str, key: &str) -> usize {
 
 both!(a_plan_waiting_for_approval_is_audited_once_per_key);
 async fn a_plan_waiting_for_approval_is_audited_once_per_key(b: Backend) {
-    let s = Stack::new(b)
-        .operator_mode()
-        .start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let s = Server::operator_mode_at_open(b);
     let t = s.trader();
     let p = t.plan_buy("CLF27", 1).await;
     assert_eq!(p["executable"], true, "{:?}", p.body);
@@ -130,15 +128,12 @@ async fn plans_are_rate_limited_per_operator(b: Backend) {
         None,
         "a plan refused is not an execute rejection"
     );
-    assert!(r.body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("3 plans per minute"));
+    assert!(r.message().contains("3 plans per minute"));
     // Over the limit, the window is read first: a bad body is refused the same way.
     let r = t.post("/actions/plan", &order("op-energy-trader", 0)).await;
     assert_eq!(r.code(), "rate_limited", "{:?}", r.body);
     // The MCP plan tools share the operator's window.
-    let mcp = mcp_plan(&s, &t).await;
+    let mcp = mcp_plan(&t).await;
     assert_eq!(mcp["isError"], true, "{mcp}");
     assert_eq!(
         mcp["structuredContent"]["error"]["code"], "rate_limited",
@@ -155,9 +150,9 @@ async fn plans_are_rate_limited_per_operator(b: Backend) {
 }
 
 /// `plan_cl_order` through MCP (2026-07-28): the JSON-RPC result.
-async fn mcp_plan(s: &Server, t: &Api) -> Value {
+async fn mcp_plan(t: &Api) -> Value {
     let args = json!({ "account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market" });
-    mcp_call(s, t, "plan_cl_order", args).await
+    t.mcp_tool("plan_cl_order", args).await
 }
 
 // The firm-wide pace of MCP's `execute_plan` (`AIRLOCK_MCP_EXECUTE_RATE_PER_SECOND`,
@@ -200,7 +195,7 @@ async fn mcp_execute_plan_is_paced_firm_wide(b: Backend) {
     let results = futures_util::future::join_all(calls.iter().map(|(api, p)| {
         let args =
             json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] });
-        mcp_call(&s, api, "execute_plan", args)
+        api.mcp_tool("execute_plan", args)
     }))
     .await;
     let mut refused = Vec::new();
@@ -234,9 +229,8 @@ async fn mcp_execute_plan_is_paced_firm_wide(b: Backend) {
     }
     assert_eq!(s.queued_messages(), 2);
     // Still over the pace: refused again.
-    let again = mcp_call(
-        &s,
-        &t,
+    let again = t
+        .mcp_tool(
         "execute_plan",
         json!({ "plan_id": refused[0]["plan_id"], "confirmation_token": refused[0]["confirmation_token"] }),
     )
@@ -256,36 +250,4 @@ async fn mcp_execute_plan_is_paced_firm_wide(b: Backend) {
     };
     assert_eq!(rest.status, 202, "{:?}", rest.body);
     assert_eq!(s.queued_messages(), 3);
-}
-
-/// One tool through MCP (2026-07-28): the JSON-RPC result.
-async fn mcp_call(s: &Server, t: &Api, name: &str, arguments: Value) -> Value {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {
-            "name": name,
-            "arguments": arguments,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    });
-    let r = t
-        .http
-        .post(s.url("/mcp"))
-        .header("authorization", format!("Bearer {}", t.service))
-        .header("x-operator-token", &t.operator)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", name)
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST /mcp");
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.expect("JSON-RPC");
-    v["result"].clone()
 }

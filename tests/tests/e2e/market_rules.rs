@@ -239,10 +239,7 @@ async fn execute_re_runs_the_time_sensitive_checks(b: Backend) {
     let r = t.execute(&p, "halt-1").await;
     r.assert_error(422, "policy_violation");
     assert_eq!(r.field(), "risk_checks/market_open");
-    assert!(r.body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("reopens"));
+    assert!(r.message().contains("reopens"));
     assert_eq!(later.queued_messages(), 0);
     // The plan is closed: it cannot run later either.
     let r = t.execute(&p, "halt-2").await;

@@ -364,9 +364,7 @@ async fn a_viewer_sees_the_reads_and_tokens_are_checked_on_every_request(b: Back
 
 both!(execute_plan_opens_the_approval_page_and_waits_for_it);
 async fn execute_plan_opens_the_approval_page_and_waits_for_it(b: Backend) {
-    let s = Stack::new(b)
-        .operator_mode()
-        .start(&[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let s = Server::operator_mode_at_open(b);
     let t = s.trader();
     let link = enroll(&s, "op-energy-trader", "trader", "energy");
     let mut page = ApprovalClient::new(&s.base);

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use airlock_tests::{both, contract, Backend, Server, Stack, MARKET_OPEN};
+use airlock_tests::{both, column, contract, Backend, Server, Stack, MARKET_OPEN};
 use serde_json::{json, Value};
 
 fn repo() -> PathBuf {
@@ -76,12 +76,7 @@ fn every_route_is_documented_with_its_errors() {
     assert_eq!(health["security"], json!([]));
     // Pagination, the idempotency header, examples and the links Schemathesis follows.
     let (_, _, orders) = contract::operation("listOrders");
-    let params: Vec<&str> = orders["parameters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let params = column(&orders["parameters"], "name");
     assert_eq!(params, ["account_id", "status", "limit", "cursor"]);
     let headers: Vec<&Value> = execute["parameters"].as_array().unwrap().iter().collect();
     assert_eq!(headers[0]["name"], "Idempotency-Key");

@@ -4,7 +4,7 @@
 //! ACC-3, metals desk, +5 CLH27 at 66.10), and at 2026-12-14, five business days before
 //! CLF27's last trading day (2026-12-21).
 
-use airlock_tests::{both, contract, Api, Backend, Server, MARKET_OPEN};
+use airlock_tests::{both, column, contract, Api, Backend, Server, MARKET_OPEN};
 use serde_json::{json, Value};
 
 async fn get(t: &Api, path: &str, op: &str) -> Value {
@@ -165,12 +165,7 @@ async fn thresholds_come_from_the_policy_and_delivery_fails(b: Backend) {
     .unwrap();
     s.cli(&["policy", "set", dir.to_str().unwrap()]);
     let f = get(&t, "/portfolio/risk-flags?account_id=ACC-2", "getRiskFlags").await;
-    let kinds: Vec<&str> = f["flags"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["type"].as_str().unwrap())
-        .collect();
+    let kinds = column(&f["flags"], "type");
     assert_eq!(kinds, ["concentration", "near_limit", "delivery"], "{f}");
     assert_eq!(f["policy_version"], "strict-1");
     assert_eq!(f["flags"][1]["figures"]["percent"], "20");
@@ -185,13 +180,7 @@ async fn an_order_plan_reports_what_it_does_to_the_book(b: Backend) {
     let check = |p: &airlock_tests::Resp| -> (String, String, bool) {
         assert_eq!(p.status, 200, "{:?}", p.body);
         contract::check("planAction", p.status, &p.body);
-        let c = p.body["risk_checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == "concentration")
-            .unwrap_or_else(|| panic!("no concentration check: {}", p.body))
-            .clone();
+        let c = p.check("concentration");
         (
             c["status"].as_str().unwrap().to_string(),
             c["reason"].as_str().unwrap().to_string(),

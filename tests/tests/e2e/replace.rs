@@ -59,12 +59,7 @@ async fn open_buys(t: &Api) -> i64 {
         json!({"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1, "order_type": "market"}),
     )
     .await;
-    let reason = p.body["risk_checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "position_limit")
-        .unwrap()["reason"]
+    let reason = p.check("position_limit")["reason"]
         .as_str()
         .unwrap()
         .to_string();
@@ -206,16 +201,7 @@ async fn a_partly_filled_order_changes_only_its_rest(b: Backend) {
     let t = s.trader();
     let base = open_buys(&t).await;
     let id = working_buy(&t, 5, "rp-part").await;
-    s.cli(&[
-        "broker",
-        "fill",
-        "--account",
-        "ACC-1",
-        "--order",
-        &id,
-        "--quantity",
-        "2",
-    ]);
+    s.broker_fill("ACC-1", &id, 2, None);
     assert_eq!(t.order(&id).await["filled_quantity"], 2);
     assert_eq!(open_buys(&t).await, base + 3);
 
@@ -254,26 +240,8 @@ async fn a_partly_filled_order_changes_only_its_rest(b: Backend) {
     // refuses the change, and nothing is left reserved.
     let p = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 3}))).await;
     assert_eq!(p["executable"], true, "{:?}", p.body);
-    s.cli(&[
-        "broker",
-        "fill",
-        "--account",
-        "ACC-1",
-        "--order",
-        &id,
-        "--quantity",
-        "1",
-    ]);
-    s.cli(&[
-        "broker",
-        "fill",
-        "--account",
-        "ACC-1",
-        "--order",
-        &id,
-        "--quantity",
-        "1",
-    ]);
+    s.broker_fill("ACC-1", &id, 1, None);
+    s.broker_fill("ACC-1", &id, 1, None);
     assert_eq!(t.order(&id).await["status"], "filled");
     let e = t.execute(&p, "rp-part-3").await;
     assert_eq!(e.status, 202, "{:?}", e.body);

@@ -159,10 +159,7 @@ async fn execute_rechecks_what_changed_since_the_plan(b: Backend) {
     assert_eq!(e.status, 422, "{:?}", e.body);
     assert_eq!(e.code(), "policy_violation");
     assert!(names_check(&e, "account_allowed"), "{:?}", e.body);
-    assert!(e.body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("suspended"));
+    assert!(e.message().contains("suspended"));
     s.cli(&["account-status", "ACC-1", "active"]);
 
     // The price band narrows after a limit order was planned near its edge.

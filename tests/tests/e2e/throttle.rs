@@ -81,35 +81,12 @@ fn throttled(r: &Resp) -> u64 {
     retry_after(r)
 }
 
-async fn mcp_execute(s: &Server, t: &Api, p: &Resp) -> Value {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {
-            "name": "execute_plan",
-            "arguments": { "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] },
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    });
-    let r = t
-        .http
-        .post(s.url("/mcp"))
-        .header("authorization", format!("Bearer {}", t.service))
-        .header("x-operator-token", &t.operator)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "execute_plan")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST /mcp");
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.expect("JSON-RPC");
-    v["result"].clone()
+async fn mcp_execute(t: &Api, p: &Resp) -> Value {
+    t.mcp_tool(
+        "execute_plan",
+        json!({ "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] }),
+    )
+    .await
 }
 
 // The server's clock starts at the market's open, on the minute: a window of 60 s is one
@@ -145,7 +122,7 @@ async fn a_burst_over_the_threshold_is_refused_and_locks_the_account_out(b: Back
         .as_str()
         .unwrap()
         .contains("locked out"));
-    let mcp = mcp_execute(&s, &t, &ps[7]).await;
+    let mcp = mcp_execute(&t, &ps[7]).await;
     assert_eq!(mcp["isError"], true, "{mcp}");
     assert_eq!(
         mcp["structuredContent"]["error"]["code"], "message_throttled",

@@ -424,14 +424,10 @@ async fn clf27_exposure(t: &Api) -> String {
             &json!({"action_type": "order.submit.cl", "payload": market(1), "requested_by": "op-energy-trader"}),
         )
         .await;
-    let check = p.body["risk_checks"]
-        .as_array()
+    p.check("position_limit")["reason"]
+        .as_str()
         .unwrap()
-        .iter()
-        .find(|c| c["name"] == "position_limit")
-        .unwrap()
-        .clone();
-    check["reason"].as_str().unwrap().to_string()
+        .to_string()
 }
 
 both!(a_partial_fill_at_the_broker_is_recorded_by_reconciliation);
@@ -495,17 +491,7 @@ async fn a_partial_fill_at_the_broker_is_recorded_by_reconciliation(b: Backend) 
 
     // Two of five at the limit: the broker's order is partly filled, and reconciliation
     // records it in Airlock's order, position and exposure.
-    let at_broker: Value = serde_json::from_str(&s.cli(&[
-        "broker",
-        "fill",
-        "--account",
-        "ACC-1",
-        "--order",
-        id,
-        "--quantity",
-        "2",
-    ]))
-    .unwrap();
+    let at_broker = s.broker_fill("ACC-1", id, 2, None);
     assert_eq!(at_broker["status"], "partially_filled", "{at_broker}");
     let o = t.order(id).await;
     assert_eq!(
@@ -526,18 +512,7 @@ async fn a_partial_fill_at_the_broker_is_recorded_by_reconciliation(b: Backend) 
 
     // The rest at another price: filled; the position moves by the new contracts at their
     // own price (the broker's average is over all fills).
-    s.cli(&[
-        "broker",
-        "fill",
-        "--account",
-        "ACC-1",
-        "--order",
-        id,
-        "--quantity",
-        "3",
-        "--price",
-        "67.50",
-    ]);
+    s.broker_fill("ACC-1", id, 3, Some("67.50"));
     let o = t.order(id).await;
     assert_eq!(
         (

@@ -100,27 +100,12 @@ impl ApprovalStore for Aws {
 
     async fn list_docs(&self, kind: DocKind, now: Millis) -> StoreResult<Vec<Doc>> {
         let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let o = self
-                .ddb
-                .query()
-                .table_name(&self.names.approvals)
-                .key_condition_expression("#k = :k")
-                .expression_attribute_names("#k", "kind")
-                .expression_attribute_values(":k", s(kind.as_str()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| unavailable("Query approvals", &e))?;
-            for item in o.items.unwrap_or_default() {
-                out.extend(doc(&item, now)?);
-            }
-            match o.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
+        for item in self
+            .query_partition(&self.names.approvals, "kind", kind.as_str())
+            .await?
+        {
+            out.extend(doc(&item, now)?);
         }
+        Ok(out)
     }
 }

@@ -54,27 +54,10 @@ impl AuditLog for Aws {
             Some(a) => a.plan_id,
             None => id.to_string(),
         };
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let o = self
-                .ddb
-                .query()
-                .table_name(&self.names.audit)
-                .key_condition_expression("plan_id = :p")
-                .expression_attribute_values(":p", s(plan_id.clone()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| unavailable("Query audit", &e))?;
-            for item in o.items.unwrap_or_default() {
-                out.push(from_body::<AuditRecord>(&item)?);
-            }
-            match o.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        self.query_partition(&self.names.audit, "plan_id", &plan_id)
+            .await?
+            .iter()
+            .map(from_body::<AuditRecord>)
+            .collect()
     }
 }

@@ -79,31 +79,13 @@ impl PaperBookStore for Aws {
     }
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<serde_json::Value>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .ddb
-                .scan()
-                .table_name(&self.names.paper_broker)
-                .consistent_read(true)
-                .filter_expression("begins_with(#k, :p)")
-                .expression_attribute_names("#k", "key")
-                .expression_attribute_values(":p", s(prefix))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| unavailable("Scan paper book", &e))?;
-            for item in page.items.unwrap_or_default() {
-                out.push(
-                    serde_json::from_str(ddb::get_s(&item, "doc")?)
-                        .map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))?,
-                );
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        self.scan_where(&self.names.paper_broker, Some(("key", prefix)))
+            .await?
+            .iter()
+            .map(|item| {
+                serde_json::from_str(ddb::get_s(item, "doc")?)
+                    .map_err(|e| StoreError::Corrupt(format!("paper book: {e}")))
+            })
+            .collect()
     }
 }

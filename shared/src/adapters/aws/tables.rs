@@ -22,6 +22,25 @@ use crate::core::ports::{Stored, TimeKey};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, TransactWriteItem, WriteRequest};
 use std::collections::{BTreeSet, HashMap};
 
+/// Every page of a read: `page(start)` answers one page's items and the key to start the
+/// next from (none, or an empty one, after the last page).
+async fn every_page<F, Fut>(mut page: F) -> StoreResult<Vec<Item>>
+where
+    F: FnMut(Option<Item>) -> Fut,
+    Fut: std::future::Future<Output = StoreResult<(Vec<Item>, Option<Item>)>>,
+{
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let (items, next) = page(start).await?;
+        out.extend(items);
+        match next {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return Ok(out),
+        }
+    }
+}
+
 /// The `desk` of jobs tied to no account.
 pub(super) const NO_DESK: &str = "-";
 
@@ -44,25 +63,63 @@ impl Aws {
             .map_err(|e| unavailable(&format!("GetItem {table}"), &e))
     }
 
+    /// Every item of a table, consistently read.
     pub(super) async fn scan_all(&self, table: &str) -> StoreResult<Vec<Item>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let o = self
+        self.scan_where(table, None).await
+    }
+
+    /// Every item of a table whose `name` begins with `prefix` (all with `None`),
+    /// consistently read.
+    pub(super) async fn scan_where(
+        &self,
+        table: &str,
+        begins_with: Option<(&str, &str)>,
+    ) -> StoreResult<Vec<Item>> {
+        every_page(|start| async move {
+            let mut q = self
                 .ddb
                 .scan()
                 .table_name(table)
                 .consistent_read(true)
-                .set_exclusive_start_key(start)
+                .set_exclusive_start_key(start);
+            if let Some((name, prefix)) = begins_with {
+                q = q
+                    .filter_expression("begins_with(#k, :p)")
+                    .expression_attribute_names("#k", name)
+                    .expression_attribute_values(":p", s(prefix));
+            }
+            let o = q
                 .send()
                 .await
                 .map_err(|e| unavailable(&format!("Scan {table}"), &e))?;
-            out.extend(o.items.unwrap_or_default());
-            match o.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+            Ok((o.items.unwrap_or_default(), o.last_evaluated_key))
+        })
+        .await
+    }
+
+    /// Every item of the partition `key` = `value`, consistently read.
+    pub(super) async fn query_partition(
+        &self,
+        table: &str,
+        key: &str,
+        value: &str,
+    ) -> StoreResult<Vec<Item>> {
+        every_page(|start| async move {
+            let o = self
+                .ddb
+                .query()
+                .table_name(table)
+                .key_condition_expression("#k = :k")
+                .expression_attribute_names("#k", key)
+                .expression_attribute_values(":k", s(value))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| unavailable(&format!("Query {table}"), &e))?;
+            Ok((o.items.unwrap_or_default(), o.last_evaluated_key))
+        })
+        .await
     }
 
     pub(super) async fn all_accounts(&self) -> StoreResult<Vec<Account>> {
