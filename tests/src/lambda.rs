@@ -63,6 +63,19 @@ pub const STAGE: &str = "prod";
 /// Makes `lambda_http` route REST API events by `path` alone (see the module docs).
 pub const IGNORE_STAGE_ENV: (&str, &str) = ("AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH", "true");
 
+/// The environment of a function on the embedded backend's state in `dir`, then `extra`,
+/// on a clock shifted to [`crate::MARKET_OPEN`] ([`FakeClock`]: a Lambda reads the system
+/// clock only, and the workers and the plan check market hours).
+pub fn embedded_function_env(dir: &Path, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("AIRLOCK_BACKEND".to_string(), "embedded".to_string()),
+        ("AIRLOCK_STATE_DIR".to_string(), dir.display().to_string()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env.extend(FakeClock::new().env(0));
+    env
+}
+
 const RUNTIME_PREFIX: &str = "/2018-06-01/runtime/";
 const ACCOUNT_ID: &str = "123456789012";
 
@@ -192,6 +205,16 @@ impl LambdaEmulator {
             shared,
             accept: Some(accept),
         }
+    }
+
+    /// The function binary `name` ([`function_binary`]) started with `env` and ready for
+    /// invocations (within 30 s).
+    pub fn spawn_ready(&self, name: &str, env: &[(String, String)]) -> FunctionProcess {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut f = self.spawn_function(&function_binary(name), &env);
+        f.wait_ready(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        f
     }
 
     /// Starts a function binary against this Runtime API, with the environment Lambda sets
@@ -740,6 +763,18 @@ impl Drop for FunctionProcess {
     }
 }
 
+/// [`apigw_rest_event`] of a JSON `POST` of `body` to `path` under the API's base path.
+pub fn apigw_post_event(path: &str, headers: &[(&str, String)], body: &Value) -> Value {
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    apigw_rest_event(
+        "POST",
+        &format!("{}{path}", crate::BASE),
+        &[],
+        &h,
+        Some(&body.to_string()),
+    )
+}
+
 /// An API Gateway REST API (v1) proxy event, as a `{proxy+}` resource on stage [`STAGE`]
 /// delivers it: `path` without the stage, `requestContext.path` with it, headers and query
 /// parameters both single- and multi-valued (`null` when there are none, as API Gateway
@@ -983,6 +1018,17 @@ impl TradingState {
             service,
             operator,
         }
+    }
+}
+
+impl TradingState {
+    /// The headers of a JSON request by the energy trader (service and operator tokens).
+    pub fn json_headers(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("Authorization", format!("Bearer {}", self.service)),
+            ("X-Operator-Token", self.operator.clone()),
+            ("Content-Type", "application/json".to_string()),
+        ]
     }
 }
 

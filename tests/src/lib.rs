@@ -351,6 +351,11 @@ impl Server {
         serde_json::from_str(&self.cli(&args)).expect("the broker's order")
     }
 
+    /// The paper broker's book of an account (`airlock broker-book`).
+    pub fn broker_book(&self, account: &str) -> Value {
+        serde_json::from_str(&self.cli(&["broker-book", account])).expect("the broker's book")
+    }
+
     pub fn service_token(&self) -> String {
         self.cli(&["token", "service"])
     }
@@ -774,6 +779,19 @@ impl Api {
                 "payload": { "account_id": "ACC-1", "symbol": symbol, "side": "buy", "quantity": qty, "order_type": "market" },
                 "requested_by": "op-energy-trader",
                 "chat_context": { "chat_session_id": "chat-1", "tool_call_id": "call-1" }
+            }),
+        )
+        .await
+    }
+
+    /// A plan of a positions sync of `account` by the demo trader.
+    pub async fn plan_sync(&self, account: &str) -> Resp {
+        self.post(
+            "/actions/plan",
+            &serde_json::json!({
+                "action_type": "positions.sync",
+                "payload": { "account_id": account },
+                "requested_by": "op-energy-trader"
             }),
         )
         .await

@@ -649,13 +649,7 @@ async fn a_backlogged_orders_queue_refuses_new_orders_and_decides_nothing(b: Bac
     // An accepted execute still replays, and a sync is never refused.
     let (p1, a1) = &accepted[0];
     assert_eq!(duplicate_of(&t.execute(p1, "backlog-1").await), *a1);
-    let sync = t
-        .post(
-            "/actions/plan",
-            &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-1"},
-                    "requested_by": "op-energy-trader"}),
-        )
-        .await;
+    let sync = t.plan_sync("ACC-1").await;
     assert_eq!(t.execute(&sync, "backlog-sync").await.status, 202);
 
     // The workers drain the queue; the same key now queues the order.

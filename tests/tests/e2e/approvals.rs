@@ -76,12 +76,7 @@ async fn an_operator_mode_plan_executes_only_after_the_passkey_approval(b: Backe
     assert_eq!(s.queued_messages(), 0);
 
     // Cancels and syncs stay on the token path by default (they reduce risk).
-    let sync = t
-        .post(
-            "/actions/plan",
-            &json!({ "action_type": "positions.sync", "payload": { "account_id": "ACC-1" }, "requested_by": "op-energy-trader" }),
-        )
-        .await;
+    let sync = t.plan_sync("ACC-1").await;
     assert!(sync["confirmation_token"].is_string(), "{:?}", sync.body);
     assert_eq!(sync["approval"], Value::Null);
 

@@ -91,8 +91,7 @@ async fn crash_at(stack: Stack, point: &str, at: &str, later: &str, done: usize)
         before + 1,
         "{point}: the fill recorded exactly once"
     );
-    let book: serde_json::Value =
-        serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).expect("broker book");
+    let book = s.broker_book("ACC-1");
     let at_broker = book["orders"].as_object().cloned().unwrap_or_default();
     assert!(at_broker.contains_key(&order_id), "{point}: at the broker");
     assert_eq!(

@@ -201,7 +201,7 @@ async fn a_fill_while_an_order_is_queued_crosses_the_limit_and_the_worker_stops_
     );
     let buy_id = queued[0]["resource_refs"]["order_id"].as_str().unwrap();
     assert_eq!(t.order(buy_id).await["status"], "rejected");
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    let book = s.broker_book("ACC-1");
     assert!(
         book["orders"].get(buy_id).is_none(),
         "the rejected buy never reached the broker: {book}"

@@ -117,8 +117,7 @@ async fn a_dead_lettered_order_is_failed_by_the_sweep_and_not_revived_by_a_redri
     assert_eq!(action_status(&t, &action_id).await["status"], "failed");
     assert_eq!(t.order(order_id).await["status"], "rejected");
     assert_eq!(t.position("ACC-1", "CLF27").await, before, "no fill");
-    let book: serde_json::Value =
-        serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).expect("broker book");
+    let book = s.broker_book("ACC-1");
     assert!(
         book["orders"].as_object().is_none_or(|o| o.is_empty()),
         "the broker never saw it: {book}"
@@ -146,8 +145,7 @@ async fn a_dead_letter_redriven_before_any_sweep_runs_once(b: Backend) {
         before + 1,
         "filled once"
     );
-    let book: serde_json::Value =
-        serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).expect("broker book");
+    let book = s.broker_book("ACC-1");
     assert_eq!(
         book["orders"].as_object().map(|o| o.len()),
         Some(1),

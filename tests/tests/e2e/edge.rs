@@ -99,13 +99,7 @@ async fn no_secret_reaches_the_request_log(b: Backend) {
     assert_eq!(e.status, 202, "{:?}", e.body);
 
     // A sync, confirmed with the plan's token.
-    let sync = t
-        .post(
-            "/actions/plan",
-            &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-1"},
-                    "requested_by": "op-energy-trader"}),
-        )
-        .await;
+    let sync = t.plan_sync("ACC-1").await;
     let token = sync["confirmation_token"]
         .as_str()
         .unwrap_or_else(|| panic!("a token: {:?}", sync.body))

@@ -395,8 +395,7 @@ async fn random_fault_schedules_never_lose_or_double_an_action() {
                 .to_string(),
         );
     }
-    let book: serde_json::Value =
-        serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).expect("broker book");
+    let book = s.broker_book("ACC-1");
     let at_broker = book["orders"].as_object().cloned().unwrap_or_default();
     for o in &orders {
         assert!(

@@ -411,11 +411,7 @@ async fn a_user_token_of_the_same_provider_is_not_the_service_token(b: airlock_t
     // The plan endpoint too, and nothing is planned.
     let r = api
         .with_tokens(&rsa.sign(&user), &op)
-        .post(
-            "/actions/plan",
-            &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-1"},
-                    "requested_by": "op-energy-trader"}),
-        )
+        .plan_sync("ACC-1")
         .await;
     assert_eq!((r.status, r.code()), (401, "unauthenticated"));
 

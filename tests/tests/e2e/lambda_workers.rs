@@ -1,10 +1,9 @@
 //! The worker and sweeper Lambda binaries under the Lambda Runtime API emulator, fed SQS
 //! and scheduled events, on the embedded backend's state dir.
 
-use std::path::Path;
 use std::time::Duration;
 
-use airlock_tests::lambda::{function_binary, FakeClock, FunctionProcess, LambdaEmulator};
+use airlock_tests::lambda::{embedded_function_env, LambdaEmulator};
 use airlock_tests::{Backend, Server, MARKET_OPEN};
 use serde_json::{json, Value};
 
@@ -25,27 +24,6 @@ fn sqs_event(records: &[(&str, &str, &str)]) -> Value {
     })
 }
 
-/// The environment of a function on the embedded backend's state in `dir`. The worker
-/// re-checks market hours before the broker: it runs on a clock shifted to the plan's
-/// instant (a Lambda reads the system clock only).
-fn embedded_env(dir: &Path) -> Vec<(String, String)> {
-    let mut env = vec![
-        ("AIRLOCK_BACKEND".to_string(), "embedded".to_string()),
-        ("AIRLOCK_STATE_DIR".to_string(), dir.display().to_string()),
-    ];
-    env.extend(FakeClock::new().env(0));
-    env
-}
-
-/// A function binary under the emulator, ready for invocations.
-fn spawn(emu: &LambdaEmulator, name: &str, env: &[(String, String)]) -> FunctionProcess {
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let mut f = emu.spawn_function(&function_binary(name), &env);
-    f.wait_ready(TIMEOUT)
-        .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-    f
-}
-
 #[tokio::test]
 async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records() {
     // Queue an order with `airlock serve` (workers off), then stop it.
@@ -63,8 +41,8 @@ async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records
     let order_id = e["resource_refs"]["order_id"].as_str().unwrap().to_string();
     let stack = s.crash();
     let emu = LambdaEmulator::start();
-    let env = embedded_env(&stack.state_dir);
-    let mut f = spawn(&emu, "worker-orders", &env);
+    let env = embedded_function_env(&stack.state_dir, &[]);
+    let mut f = emu.spawn_ready("worker-orders", &env);
     let out = f
         .invoke(
             sqs_event(&[("m-1", &body, "ACC-1"), ("m-2", "{not json", "ACC-9")]),
@@ -92,7 +70,7 @@ async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records
         )
         .unwrap();
     assert_eq!(status, "filled");
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    let book = s.broker_book("ACC-1");
     assert_eq!(book["orders"].as_object().unwrap().len(), 1);
     let a = s
         .trader()
@@ -101,7 +79,7 @@ async fn the_order_worker_lambda_fills_a_queued_order_and_reports_failed_records
     assert_eq!(a["status"], "succeeded");
 
     // The sweeper, on a scheduled event.
-    let mut sw = spawn(&emu, "sweeper", &env);
+    let mut sw = emu.spawn_ready("sweeper", &env);
     let out = sw
         .invoke(
             json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
@@ -143,7 +121,10 @@ async fn the_order_worker_lambda_hands_back_what_its_deadline_leaves_no_room_for
         .collect();
     let stack = s.crash();
     let emu = LambdaEmulator::start();
-    let mut f = spawn(&emu, "worker-orders", &embedded_env(&stack.state_dir));
+    let mut f = emu.spawn_ready(
+        "worker-orders",
+        &embedded_function_env(&stack.state_dir, &[]),
+    );
     let short = f
         .invoke(
             sqs_event(&[

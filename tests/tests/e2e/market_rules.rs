@@ -210,13 +210,9 @@ async fn symbols_sizes_prices_and_order_types(b: Backend) {
         "fail"
     );
     // Syncs: the account is active.
-    let sync = t
-        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-4"}, "requested_by": "op-energy-trader"}))
-        .await;
+    let sync = t.plan_sync("ACC-4").await;
     assert_eq!(sync.check("account_allowed")["status"], "fail");
-    let sync = t
-        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-2"}, "requested_by": "op-energy-trader"}))
-        .await;
+    let sync = t.plan_sync("ACC-2").await;
     assert_eq!(sync["executable"], true);
     assert_eq!(sync["queue_target"], "worker:jobs");
     let e = t.execute(&sync, "sync-1").await;

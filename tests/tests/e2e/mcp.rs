@@ -151,11 +151,10 @@ async fn every_tool_through_the_2026_client(b: Backend) {
     let s = start(b);
     let t = s.trader();
     // An action to ask about, and a token-mode plan to execute through MCP.
-    let plan_sync = |id: &'static str| json!({ "action_type": "positions.sync", "payload": { "account_id": id }, "requested_by": "op-energy-trader" });
-    let done = t.post("/actions/plan", &plan_sync("ACC-2")).await;
+    let done = t.plan_sync("ACC-2").await;
     let action = t.execute(&done, "rest-1").await;
     assert_eq!(action.status, 202);
-    let p = t.post("/actions/plan", &plan_sync("ACC-1")).await;
+    let p = t.plan_sync("ACC-1").await;
     let calls = json!([
         { "name": "list_accounts", "arguments": {} },
         { "name": "list_positions", "arguments": { "account_id": "ACC-1" } },
@@ -258,12 +257,7 @@ both!(mastra_and_the_legacy_clients);
 async fn mastra_and_the_legacy_clients(b: Backend) {
     let s = start(b);
     let t = s.trader();
-    let p = t
-        .post(
-            "/actions/plan",
-            &json!({ "action_type": "positions.sync", "payload": { "account_id": "ACC-1" }, "requested_by": "op-energy-trader" }),
-        )
-        .await;
+    let p = t.plan_sync("ACC-1").await;
     // Mastra with its defaults (the 2025-11-25 handshake): every tool, typed, with its
     // hints; a plan and an execute retried without a key come back `duplicate`.
     let exec = json!({ "name": "execute_plan", "arguments": { "plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"] } });
@@ -685,25 +679,17 @@ async fn held_execute_plan_calls_are_bounded_per_plan_and_per_operator(b: Backen
 #[test]
 fn a_held_call_answers_before_the_lambdas_deadline() {
     use airlock_tests::lambda::{
-        apigw_rest_event, function_binary, response_parts, FakeClock, LambdaEmulator, TradingState,
+        apigw_rest_event, embedded_function_env, response_parts, LambdaEmulator, TradingState,
         IGNORE_STAGE_ENV,
     };
     let state = TradingState::new();
     // The shipped policy: orders are approved on the approval page.
     std::fs::remove_file(state.dir.join("policy.json")).expect("policy.json");
-    let clock = FakeClock::new();
-    let fake = clock.env(0);
-    let dir = state.dir.to_str().expect("utf-8");
-    let mut env: Vec<(&str, &str)> = vec![
-        ("AIRLOCK_BACKEND", "embedded"),
-        ("AIRLOCK_STATE_DIR", dir),
-        IGNORE_STAGE_ENV,
-    ];
-    env.extend(fake.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let emu = LambdaEmulator::start();
-    let mut f = emu.spawn_function(&function_binary("mcp"), &env);
-    f.wait_ready(Duration::from_secs(30))
-        .expect("the mcp function starts");
+    let mut f = emu.spawn_ready(
+        "mcp",
+        &embedded_function_env(&state.dir, &[IGNORE_STAGE_ENV]),
+    );
     let bearer = format!("Bearer {}", state.service);
     let mut call = |arguments: Value, extra: Value, timeout: Duration| {
         let mut params =

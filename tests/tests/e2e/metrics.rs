@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use airlock_tests::lambda::{
-    apigw_rest_event, function_binary, response_parts, LambdaEmulator, IGNORE_STAGE_ENV,
+    apigw_post_event, embedded_function_env, response_parts, LambdaEmulator, IGNORE_STAGE_ENV,
 };
 use airlock_tests::{both, temp_state_dir, Api, Backend, Resp, Server, BASE, MARKET_OPEN};
 use serde_json::{json, Value};
@@ -415,40 +415,24 @@ fn emf_counters(log: &str) -> (Vec<Value>, BTreeMap<String, f64>) {
 #[test]
 fn lambdas_print_the_same_values_as_emf() {
     let state = airlock_tests::lambda::TradingState::new();
-    let (dir, service, operator) = (&state.dir, &state.service, state.operator.clone());
+    let dir = &state.dir;
     let emu = LambdaEmulator::start();
-    let d = dir.to_str().unwrap();
     // The functions read the system clock: at a trading hour through libfaketime.
-    let clock = airlock_tests::lambda::FakeClock::new();
-    let fake = clock.env(0);
-    let mut fenv: Vec<(&str, &str)> = vec![
-        ("AIRLOCK_BACKEND", "embedded"),
-        ("AIRLOCK_STATE_DIR", d),
-        ("AIRLOCK_METRICS", "emf"),
-        ("AIRLOCK_METRICS_NAMESPACE", "AirlockTest"),
-        IGNORE_STAGE_ENV,
-    ];
-    fenv.extend(fake.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let mut plan = emu.spawn_function(&function_binary("plan"), &fenv);
-    plan.wait_ready(Duration::from_secs(30)).unwrap();
+    let fenv = embedded_function_env(
+        dir,
+        &[
+            ("AIRLOCK_METRICS", "emf"),
+            ("AIRLOCK_METRICS_NAMESPACE", "AirlockTest"),
+            IGNORE_STAGE_ENV,
+        ],
+    );
+    let mut plan = emu.spawn_ready("plan", &fenv);
     // One runtime API per function: both would otherwise take each other's invocations.
     let emu2 = LambdaEmulator::start();
-    let mut execute = emu2.spawn_function(&function_binary("execute"), &fenv);
-    execute.wait_ready(Duration::from_secs(30)).unwrap();
-    let h = [
-        ("Authorization", format!("Bearer {service}")),
-        ("X-Operator-Token", operator),
-        ("Content-Type", "application/json".to_string()),
-    ];
-    let hv: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut execute = emu2.spawn_ready("execute", &fenv);
+    let h = state.json_headers();
     let post = |f: &mut airlock_tests::lambda::FunctionProcess, path: &str, body: Value| {
-        let ev = apigw_rest_event(
-            "POST",
-            &format!("{BASE}{path}"),
-            &[],
-            &hv,
-            Some(&body.to_string()),
-        );
+        let ev = apigw_post_event(path, &h, &body);
         let resp = f.invoke(ev, Duration::from_secs(30)).unwrap();
         response_parts(&resp)
     };

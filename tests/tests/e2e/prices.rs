@@ -96,7 +96,7 @@ async fn a_market_order_is_planned_and_sent_as_a_protected_limit(b: Backend) {
         .await;
     assert_eq!(o["order_type"], "limit", "{o}");
     assert_eq!(o["limit_price"], "70.50", "{o}");
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    let book = s.broker_book("ACC-1");
     let at_broker = &book["orders"][e.body["resource_refs"]["order_id"].as_str().unwrap()];
     assert_eq!(at_broker["order_type"], "limit", "{at_broker}");
     assert_eq!(at_broker["limit_price"], "70.50", "{at_broker}");
@@ -279,7 +279,7 @@ async fn a_queued_order_whose_price_moved_or_went_stale_is_rejected_at_the_worke
         assert_eq!(o["status"], "rejected", "{o}");
     }
     // Nothing reached the broker.
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    let book = s.broker_book("ACC-1");
     assert!(
         book["orders"].as_object().is_none_or(|o| o.is_empty()),
         "{book}"

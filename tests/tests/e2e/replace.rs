@@ -151,7 +151,7 @@ async fn a_working_order_changes_up_down_and_in_price(b: Backend) {
         "the reduction released its contracts"
     );
     // The broker has the same version.
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    let book = s.broker_book("ACC-1");
     assert_eq!(book["orders"][&id]["version"], 4, "{book}");
     assert_eq!(book["orders"][&id]["quantity"], 1, "{book}");
 }

@@ -361,7 +361,7 @@ async fn refused_by_the_new_limit(s: &Server, action_id: &str, order_id: &str) {
         r.body
     );
     assert_eq!(t.order(order_id).await["status"], "rejected");
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    let book = s.broker_book("ACC-1");
     assert!(
         book["orders"].get(order_id).is_none(),
         "the broker saw the order: {book}"
@@ -450,7 +450,7 @@ async fn positions_of(t: &Api) -> Vec<(String, i64)> {
 }
 
 fn broker_order_count(s: &Server) -> usize {
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", "ACC-1"])).unwrap();
+    let book = s.broker_book("ACC-1");
     book["orders"].as_object().map(|o| o.len()).unwrap_or(0)
 }
 

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use airlock_tests::lambda::{
-    apigw_rest_event, function_binary, response_parts, FakeClock, LambdaEmulator, IGNORE_STAGE_ENV,
+    apigw_post_event, embedded_function_env, response_parts, FunctionProcess, LambdaEmulator,
+    IGNORE_STAGE_ENV,
 };
-use airlock_tests::{cli, Server, BASE, MARKET_OPEN};
+use airlock_tests::{cli, Server, MARKET_OPEN};
 use serde_json::{json, Value};
 
 /// The JSON log lines of `log` whose spans name `apigw_request_id`.
@@ -23,36 +24,36 @@ fn lines_of(log: &str, apigw: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A JSON `POST` through a function, answered `status`: the API Gateway request id it
+/// carried, the answer's `x-request-id`, and the answer.
+fn post(
+    f: &mut FunctionProcess,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &Value,
+    status: u16,
+) -> (String, String, Value) {
+    let ev = apigw_post_event(path, headers, body);
+    let apigw = ev["requestContext"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let resp = f.invoke(ev, Duration::from_secs(30)).unwrap();
+    let (got, answer) = response_parts(&resp);
+    assert_eq!(got, status, "{answer}");
+    let request_id = airlock_tests::lambda::response_header(&resp, "x-request-id").unwrap();
+    (apigw, request_id, answer)
+}
+
 #[test]
 fn a_request_is_joined_across_logs_audit_and_the_worker() {
     let state = airlock_tests::lambda::TradingState::new();
-    let (dir, env, service, operator) = (
-        &state.dir,
-        &state.env,
-        &state.service,
-        state.operator.clone(),
-    );
-    let d = dir.to_str().unwrap();
-    let clock = FakeClock::new();
-    let fake = clock.env(0);
-    let mut fenv: Vec<(&str, &str)> = vec![
-        ("AIRLOCK_BACKEND", "embedded"),
-        ("AIRLOCK_STATE_DIR", d),
-        ("RUST_LOG", "info"),
-        IGNORE_STAGE_ENV,
-    ];
-    fenv.extend(fake.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let (dir, env) = (&state.dir, &state.env);
+    let fenv = embedded_function_env(dir, &[("RUST_LOG", "info"), IGNORE_STAGE_ENV]);
     let (emu_plan, emu_exec) = (LambdaEmulator::start(), LambdaEmulator::start());
-    let mut plan = emu_plan.spawn_function(&function_binary("plan"), &fenv);
-    plan.wait_ready(Duration::from_secs(30)).unwrap();
-    let mut execute = emu_exec.spawn_function(&function_binary("execute"), &fenv);
-    execute.wait_ready(Duration::from_secs(30)).unwrap();
-    let h = [
-        ("Authorization", format!("Bearer {service}")),
-        ("X-Operator-Token", operator),
-        ("Content-Type", "application/json".to_string()),
-    ];
-    let hv: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut plan = emu_plan.spawn_ready("plan", &fenv);
+    let mut execute = emu_exec.spawn_ready("execute", &fenv);
+    let h = state.json_headers();
 
     // The plan: its log lines and its audit record carry the three ids.
     let body = json!({
@@ -60,21 +61,7 @@ fn a_request_is_joined_across_logs_audit_and_the_worker() {
         "payload": {"account_id": "ACC-1", "symbol": "CLF27", "side": "buy", "quantity": 1,
                     "order_type": "market"}
     });
-    let ev = apigw_rest_event(
-        "POST",
-        &format!("{BASE}/actions/plan"),
-        &[],
-        &hv,
-        Some(&body.to_string()),
-    );
-    let plan_gw = ev["requestContext"]["requestId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let resp = plan.invoke(ev, Duration::from_secs(30)).unwrap();
-    let (status, p) = response_parts(&resp);
-    assert_eq!(status, 200, "{p}");
-    let request_id = airlock_tests::lambda::response_header(&resp, "x-request-id").unwrap();
+    let (plan_gw, request_id, p) = post(&mut plan, "/actions/plan", &h, &body, 200);
     let lines = lines_of(&plan.log(), &plan_gw);
     assert!(
         !lines.is_empty(),
@@ -105,21 +92,7 @@ fn a_request_is_joined_across_logs_audit_and_the_worker() {
     // The execute: its ids ride the queue message to the worker.
     let exec = json!({"plan_id": p["plan_id"], "confirmation_token": p["confirmation_token"],
                       "idempotency_key": "trace-1", "requested_by": "op-energy-trader"});
-    let ev = apigw_rest_event(
-        "POST",
-        &format!("{BASE}/actions/execute"),
-        &[],
-        &hv,
-        Some(&exec.to_string()),
-    );
-    let exec_gw = ev["requestContext"]["requestId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let resp = execute.invoke(ev, Duration::from_secs(30)).unwrap();
-    let (status, e) = response_parts(&resp);
-    assert_eq!(status, 202, "{e}");
-    let exec_request_id = airlock_tests::lambda::response_header(&resp, "x-request-id").unwrap();
+    let (exec_gw, exec_request_id, e) = post(&mut execute, "/actions/execute", &h, &exec, 202);
     assert!(!lines_of(&execute.log(), &exec_gw).is_empty());
     let body: String = rusqlite::Connection::open(dir.join("airlock.db"))
         .unwrap()

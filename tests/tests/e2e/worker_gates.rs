@@ -25,7 +25,7 @@ fn restart_with_workers(stack: Stack, now: &str, extra: &[(&str, &str)]) -> Serv
 
 /// The broker's own orders of an account, by client order id.
 fn broker_orders(s: &Server, account: &str) -> serde_json::Map<String, Value> {
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", account])).unwrap();
+    let book = s.broker_book(account);
     book["orders"].as_object().cloned().unwrap_or_default()
 }
 

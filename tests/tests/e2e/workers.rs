@@ -7,7 +7,7 @@ use airlock_tests::{both, Api, Backend, Resp, Server, Stack, MARKET_OPEN};
 use serde_json::{json, Value};
 
 fn broker_orders(s: &Server, account: &str) -> usize {
-    let book: Value = serde_json::from_str(&s.cli(&["broker-book", account])).unwrap();
+    let book = s.broker_book(account);
     book["orders"].as_object().map(|o| o.len()).unwrap_or(0)
 }
 
@@ -214,9 +214,7 @@ async fn a_sync_between_a_broker_fill_and_its_record_does_not_count_the_fill_twi
         ("AIRLOCK_WORKER_VISIBILITY_MS", visibility),
     ]);
     let t = s.trader();
-    let p = t
-        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-1"}, "requested_by": "op-energy-trader"}))
-        .await;
+    let p = t.plan_sync("ACC-1").await;
     let sync = t.execute(&p, "sync-after-crash").await;
     assert_eq!(sync.status, 202, "{:?}", sync.body);
     let done = t.settled(sync["action_id"].as_str().unwrap()).await;
@@ -328,9 +326,7 @@ async fn positions_sync_rebuilds_from_the_broker_and_records_what_changed(b: Bac
     let s = Server::with_workers(b, &[]);
     let t = s.trader();
     assert_eq!(t.position("ACC-2", "CLF27").await, 10);
-    let p = t
-        .post("/actions/plan", &json!({"action_type": "positions.sync", "payload": {"account_id": "ACC-2"}, "requested_by": "op-energy-trader"}))
-        .await;
+    let p = t.plan_sync("ACC-2").await;
     let e = t.execute(&p, "sync-2").await;
     assert_eq!(e.status, 202);
     assert_eq!(
