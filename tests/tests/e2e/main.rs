@@ -13,6 +13,7 @@ mod check;
 mod crashes;
 mod daily_loss;
 mod dead_letters;
+mod deploy_walk;
 mod edge;
 mod emulator;
 mod error_table;
