@@ -557,6 +557,17 @@ impl Resp {
             .unwrap_or_else(|| panic!("no check {name} in {:?}", self.body))
     }
 
+    /// Asserts a plan's risk check `name` has this status (`pass`, `warn`, `fail`).
+    #[track_caller]
+    pub fn assert_check(&self, name: &str, status: &str) {
+        assert_eq!(
+            self.check(name)["status"],
+            status,
+            "{name}: {:?}",
+            self.body
+        );
+    }
+
     /// A plan's `plan_id`.
     #[track_caller]
     pub fn plan_id(&self) -> String {

@@ -621,8 +621,7 @@ async fn an_order_creation_that_keeps_conflicting_backs_off_and_is_retried() {
     );
     proxy.heal();
     let action_id = r["action_id"].as_str().unwrap_or_default().to_string();
-    let a = t.settled(&action_id).await;
-    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    t.settled(&action_id).await.assert_status(200, "succeeded");
     assert_eq!(
         t.position("ACC-1", "CLF27").await,
         before + 1,

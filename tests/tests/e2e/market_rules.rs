@@ -75,12 +75,7 @@ async fn expired_contracts_and_the_close_only_window(b: Backend) {
     assert_eq!(p["normalized_payload"]["last_trade_date"], "2026-11-20");
     // Ten minutes before the cut-off it still trades.
     let p = plan_at(b, "2026-11-20T19:20:00Z", "CLZ26", "sell", 1).await;
-    assert_eq!(
-        p.check("contract_not_expired")["status"],
-        "pass",
-        "{:?}",
-        p.body
-    );
+    p.assert_check("contract_not_expired", "pass");
 
     // CLF27's last trading day is Mon 2026-12-21; on Thu 2026-12-17 it is two business
     // days away: close-only. ACC-1 holds +3 CLF27 in the demo data seeded a month before.
@@ -95,12 +90,7 @@ async fn expired_contracts_and_the_close_only_window(b: Backend) {
     assert!(c["reason"].as_str().unwrap().contains("holds +3"), "{c}");
     assert_eq!(buy["executable"], false);
     let sell = t.post("/actions/plan", &order("sell", 2)).await;
-    assert_eq!(
-        sell.check("expiry_window")["status"],
-        "pass",
-        "{:?}",
-        sell.body
-    );
+    sell.assert_check("expiry_window", "pass");
     assert_eq!(sell["executable"], true, "{:?}", sell.body);
     // Selling more than the position would flip it: not reducing.
     let flip = t.post("/actions/plan", &order("sell", 5)).await;

@@ -337,14 +337,7 @@ async fn a_viewer_sees_the_reads_and_tokens_are_checked_on_every_request(b: Back
     let foreign = airlock_tests::cli(
         &other.state_dir,
         &[],
-        &[
-            "token",
-            "operator",
-            "--sub",
-            "op-energy-trader",
-            "--desks",
-            "energy",
-        ],
+        &airlock_tests::trader_args(&["token", "operator"]),
     );
     let r = run(
         "sdk-legacy",

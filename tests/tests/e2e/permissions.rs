@@ -1841,27 +1841,16 @@ fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
         at: now,
         event: "approval".into(),
         decision: "approved".into(),
-        reason_code: None,
-        reason: None,
         action_type: Some(plan.action_type),
-        plan_id: Some(plan.plan_id.clone()),
-        action_id: None,
         idempotency_key: None,
         operator_id: plan.requested_by.clone(),
         service_principal: plan.service_principal.clone(),
         payload_hash: Some(plan.payload_hash.clone()),
-        risk_checks: Vec::new(),
-        order_id: None,
-        job_id: None,
-        chat_session_id: None,
-        tool_call_id: None,
         request_id: "perm-mcp".into(),
-        policy_version: None,
         approver: Some(APPROVER.into()),
         credential_id: Some(approval.credential_id.clone()),
         user_verified: Some(true),
-        apigw_request_id: None,
-        lambda_request_id: None,
+        ..crate::ports::audit("perm-mcp", Some(&plan.plan_id))
     };
     let recorded = w
         .block(w.ports.plans.record_approval(

@@ -165,7 +165,8 @@ fn plan(plan_id: &str, account_id: &str, status: PlanStatus) -> PlanRecord {
     }
 }
 
-fn audit(id: &str, plan_id: Option<&str>) -> AuditRecord {
+/// An execute's audit record (`queued`) with the key `id`, of `plan_id`.
+pub(crate) fn audit(id: &str, plan_id: Option<&str>) -> AuditRecord {
     AuditRecord {
         audit_id: format!("aud-{id}"),
         at: NOW,

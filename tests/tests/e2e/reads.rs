@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use airlock_tests::{both, cli, forge, Api, Backend, Server};
+use airlock_tests::{both, cli, column, forge, Api, Backend, Server};
 use serde_json::{json, Value};
 
 fn ids(v: &Value, list: &str, id: &str) -> Vec<String> {
@@ -91,12 +91,8 @@ async fn reads_are_filtered_by_desk_and_hidden_accounts_look_missing(b: Backend)
         "prices are decimal strings: {p}"
     );
     let r = t.get("/orders?limit=200").await;
-    let orders = r.body["orders"].as_array().unwrap();
-    assert!(orders.iter().all(|o| o["account_id"] != "ACC-3"));
-    let statuses: HashSet<&str> = orders
-        .iter()
-        .map(|o| o["status"].as_str().unwrap())
-        .collect();
+    assert!(!column(&r.body["orders"], "account_id").contains(&"ACC-3"));
+    let statuses: HashSet<&str> = column(&r.body["orders"], "status").into_iter().collect();
     for st in [
         "filled",
         "working",
@@ -303,14 +299,7 @@ async fn every_authentication_failure_has_its_code(b: Backend) {
     let old_operator = cli(
         &s.state_dir,
         &past,
-        &[
-            "token",
-            "operator",
-            "--sub",
-            "op-energy-trader",
-            "--desks",
-            "energy",
-        ],
+        &airlock_tests::trader_args(&["token", "operator"]),
     );
     check(
         good.with_tokens(&old_service, &good.operator)

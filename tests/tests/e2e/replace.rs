@@ -182,12 +182,7 @@ async fn bad_changes_are_refused_and_change_nothing(b: Backend) {
     )
     .await;
     assert_eq!(p["executable"], false);
-    assert_eq!(
-        p.check("order_replaceable")["status"],
-        "fail",
-        "{:?}",
-        p.body
-    );
+    p.assert_check("order_replaceable", "fail");
     let o = t.order(&id).await;
     assert_eq!(
         (o["quantity"].as_u64(), o["version"].as_u64()),
@@ -337,12 +332,7 @@ async fn the_kill_switch_refuses_an_increase_and_passes_a_reduction(b: Backend) 
     .await;
     assert_eq!(p.check("kill_switch")["status"], "fail");
     let down = plan(&t, "order.replace.cl", change(&id, json!({"quantity": 1}))).await;
-    assert_eq!(
-        down.check("kill_switch")["status"],
-        "pass",
-        "{:?}",
-        down.body
-    );
+    down.assert_check("kill_switch", "pass");
     assert_eq!(down["executable"], true, "{:?}", down.body);
     assert!(
         down["confirmation_token"].is_string(),

@@ -56,15 +56,10 @@ impl Broker for PaperBroker {
     ) -> StoreResult<Option<BrokerOrder>> {
         for round in 0..MAX_ROUNDS {
             pause(round).await;
-            let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
-                return Ok(None);
+            let (mut o, version) = match self.load_open_order(account_id, client_order_id).await? {
+                Ok(open) => open,
+                Err(answer) => return Ok(answer),
             };
-            if !matches!(
-                o.status,
-                BrokerStatus::Working | BrokerStatus::PartiallyFilled
-            ) {
-                return Ok(Some(o));
-            }
             o.status = BrokerStatus::Cancelled;
             o.reason = Some("cancelled on request".into());
             let key = order_key(account_id, client_order_id);
@@ -119,15 +114,10 @@ impl Broker for PaperBroker {
         let key = order_key(account_id, client_order_id);
         for round in 0..MAX_ROUNDS {
             pause(round).await;
-            let Some((mut o, version)) = self.load_order(account_id, client_order_id).await? else {
-                return Ok(None);
+            let (mut o, version) = match self.load_open_order(account_id, client_order_id).await? {
+                Ok(open) => open,
+                Err(answer) => return Ok(answer),
             };
-            if !matches!(
-                o.status,
-                BrokerStatus::Working | BrokerStatus::PartiallyFilled
-            ) {
-                return Ok(Some(o));
-            }
             let Some(reference) = super::price_in(&prices, &o.terms.symbol) else {
                 return Ok(Some(o));
             };

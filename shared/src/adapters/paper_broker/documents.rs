@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::PaperBroker;
 use crate::core::error::{StoreError, StoreResult};
-use crate::core::ports::broker::{BrokerOrder, BrokerPosition};
+use crate::core::ports::broker::{BrokerOrder, BrokerPosition, BrokerStatus};
 use crate::core::ports::PaperDoc;
 
 pub(super) const MAX_ROUNDS: usize = 16;
@@ -127,5 +127,27 @@ impl PaperBroker {
             (Some(doc), version) => Ok(Some((decode_doc(doc)?, version))),
             (None, _) => Ok(None),
         }
+    }
+
+    /// An order still open (working or partly filled) and its document's version; or,
+    /// as `Err`, the answer for an order there is nothing more to do to: `None` for an
+    /// unknown one, a finished one as it stands.
+    pub(super) async fn load_open_order(
+        &self,
+        account_id: &str,
+        client_order_id: &str,
+    ) -> StoreResult<Result<(BrokerOrder, u64), Option<BrokerOrder>>> {
+        Ok(match self.load_order(account_id, client_order_id).await? {
+            None => Err(None),
+            Some((o, _))
+                if !matches!(
+                    o.status,
+                    BrokerStatus::Working | BrokerStatus::PartiallyFilled
+                ) =>
+            {
+                Err(Some(o))
+            }
+            Some(open) => Ok(open),
+        })
     }
 }

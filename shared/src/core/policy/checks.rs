@@ -652,8 +652,9 @@ pub fn check_positions_sync(
     ]
 }
 
+/// Fixtures the policy's tests share: an order and its inputs.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::core::domain::{Ident, Quantity};
     use proptest::prelude::*;
@@ -668,7 +669,8 @@ mod tests {
         }
     }
 
-    fn order(side: Side, q: u32) -> OrderSubmitCl {
+    /// A market order on ACC-1 in CLF27.
+    pub(crate) fn order(side: Side, q: u32) -> OrderSubmitCl {
         OrderSubmitCl {
             account_id: Ident::parse("ACC-1").unwrap(),
             symbol: "CLF27".into(),
@@ -757,7 +759,9 @@ mod tests {
         }
     }
 
-    fn inputs<'a>(
+    /// The inputs of an order on ACC-1 in CLF27 at [`NOW_MS`], with no exposure, no day's
+    /// P&L, and the reference price given (observed 10 s before).
+    pub(crate) fn inputs<'a>(
         policy: &'a Policy,
         o: &'a OrderSubmitCl,
         reference: Option<&str>,

@@ -122,24 +122,10 @@ pub fn gate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::domain::calendar::ExchangeCalendar;
-    use crate::core::domain::cl::ClContract;
-    use crate::core::domain::{Exposure, Ident, OrderSubmitCl, OrderType, Quantity, TimeInForce};
-    use crate::core::policy::checks::{daily_loss, daily_loss_gate, OrderInputs};
+    use crate::core::domain::{Exposure, OrderSubmitCl};
+    use crate::core::policy::checks::tests::order;
+    use crate::core::policy::checks::{self, daily_loss, daily_loss_gate, OrderInputs};
     use crate::core::policy::{position_gate, reservation_bound, Policy};
-
-    fn order(side: Side, q: i64) -> OrderSubmitCl {
-        OrderSubmitCl {
-            account_id: Ident::parse("ACC-1").unwrap(),
-            symbol: "CLF27".into(),
-            side,
-            quantity: Quantity::new(q).unwrap(),
-            order_type: OrderType::Market,
-            limit_price: None,
-            stop_price: None,
-            time_in_force: TimeInForce::Day,
-        }
-    }
 
     fn pnl(total: &str) -> DayPnl {
         let total: Decimal = total.parse().unwrap();
@@ -159,15 +145,9 @@ mod tests {
         p: &'a DayPnl,
     ) -> OrderInputs<'a> {
         OrderInputs {
-            policy,
-            calendar: ExchangeCalendar::cme(),
-            now: "2026-11-23T15:00:00Z".parse().unwrap(),
-            account_id: "ACC-1",
-            order: o,
-            contract: ClContract::parse("CLF27").ok(),
             exposure,
-            reference: None,
             day_pnl: Some(p),
+            ..checks::tests::inputs(policy, o, None)
         }
     }
 
