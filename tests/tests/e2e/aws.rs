@@ -69,9 +69,10 @@ async fn aws_calls_per_operation() {
         plan[0]
     );
 
-    // An order's execute reads its account's positions, reference price and message window
-    // side by side: their order varies, so the calls between the first read and the
-    // commit are compared sorted.
+    // An order's execute reads its account's positions, then the reference prices of the
+    // order's contract and the open positions' (ACC-1 holds two contracts) in one call, and
+    // the account's message window; the calls between the first read and the commit are
+    // compared sorted.
     let queued: Vec<Vec<String>> = calls_of(&s, "POST", "/actions/execute", 202)
         .into_iter()
         .map(reads_sorted)
@@ -80,7 +81,6 @@ async fn aws_calls_per_operation() {
         queued[0],
         [
             "DynamoDB.BatchGetItem",
-            "DynamoDB.GetItem",
             "DynamoDB.GetItem",
             "DynamoDB.GetItem",
             "DynamoDB.Query",
@@ -96,13 +96,13 @@ async fn aws_calls_per_operation() {
             "DynamoDB.BatchGetItem",
             "DynamoDB.GetItem",
             "DynamoDB.GetItem",
-            "DynamoDB.GetItem",
             "DynamoDB.Query",
             "DynamoDB.TransactWriteItems",
             "SQS.SendMessage"
         ],
-        "an order's execute at its floor: one read, the account's positions and reference prices \
-         (the daily loss, the price band), the account's message window, one atomic commit, one \
+        "an order's execute at its floor: one read, the account's positions, then every reference \
+         price it needs in one call (the daily loss, the price band), the account's message \
+         window, one atomic commit, one \
          send; no KMS"
     );
     let replay = calls_of(&s, "POST", "/actions/execute", 200);

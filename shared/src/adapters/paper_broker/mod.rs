@@ -333,6 +333,10 @@ impl Prices for PaperBroker {
     async fn quote(&self, symbol: &str) -> StoreResult<Option<Quote>> {
         Ok(self.prices().await?.get(symbol).copied())
     }
+    async fn quotes(&self, symbols: &[&str]) -> StoreResult<Vec<Option<Quote>>> {
+        let prices = self.prices().await?;
+        Ok(symbols.iter().map(|s| prices.get(*s).copied()).collect())
+    }
     async fn reference_prices(&self, symbols: &[&str]) -> StoreResult<Vec<Option<Price>>> {
         let prices = self.prices().await?;
         Ok(symbols.iter().map(|s| price_in(&prices, s)).collect())

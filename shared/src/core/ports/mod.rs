@@ -698,6 +698,15 @@ pub trait Prices: Send + Sync {
     ) -> StoreResult<Option<crate::core::domain::Price>> {
         Ok(self.quote(symbol).await?.map(|q| q.price))
     }
+    /// The quotes of several contracts, in the order asked; one round trip where the
+    /// source allows it.
+    async fn quotes(&self, symbols: &[&str]) -> StoreResult<Vec<Option<Quote>>> {
+        let mut out = Vec::with_capacity(symbols.len());
+        for s in symbols {
+            out.push(self.quote(s).await?);
+        }
+        Ok(out)
+    }
     /// The reference prices of several contracts, in the order asked; one round trip
     /// where the source allows it.
     async fn reference_prices(

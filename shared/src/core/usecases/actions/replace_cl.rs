@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::submit_cl::{concentration_check, quote_now, reference_quote, tif_words};
+use super::submit_cl::{concentration_check, reference_quote, tif_words};
 use super::{
     notional, Action, AtExecute, Claimed, Field, PayloadType, PlanContext, PlanTool, Worked,
 };
@@ -133,10 +133,8 @@ impl Action for ReplaceCl {
         let whole = as_request(&r.order, r.order.terms.quantity)?;
         let contract = ClContract::parse(&r.order.terms.symbol).ok();
         // The reference price and the day's P&L, side by side.
-        let (quote, day_pnl) = tokio::try_join!(
-            quote_now(ex.prices.as_ref(), contract),
-            super::submit_cl::execute_day_pnl(ex, plan)
-        )?;
+        let (day_pnl, quote) =
+            super::submit_cl::execute_day_pnl_and_quote(ex, plan, contract).await?;
         let checked = inputs(pol, ex.clock.now(), &r, &whole, Exposure::default(), quote);
         let failed: Vec<RiskCheck> = [
             check::account_listed(pol, &plan.account_id),

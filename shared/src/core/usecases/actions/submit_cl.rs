@@ -73,10 +73,7 @@ impl Action for SubmitCl {
         // condition of the commit, which also reserves the order's contracts.
         let (order, contract) = plan_order(plan)?;
         // The day's P&L and the reference price, side by side.
-        let (day_pnl, reference) = tokio::try_join!(
-            execute_day_pnl(ex, plan),
-            quote_now(ex.prices.as_ref(), contract)
-        )?;
+        let (day_pnl, reference) = execute_day_pnl_and_quote(ex, plan, contract).await?;
         let inputs = OrderInputs {
             policy: policy::in_force(&ex.policy, control),
             calendar: ExchangeCalendar::cme(),
@@ -116,7 +113,7 @@ impl Action for SubmitCl {
         let (order, contract) = plan_order(plan)?;
         let exposure =
             order_inputs_exposure(ex.positions.as_ref(), &plan.account_id, contract).await?;
-        let day_pnl = execute_day_pnl(ex, plan).await?;
+        let (day_pnl, reference) = execute_day_pnl_and_quote(ex, plan, contract).await?;
         let inputs = OrderInputs {
             policy: policy::in_force(&ex.policy, control),
             calendar: ExchangeCalendar::cme(),
@@ -125,7 +122,7 @@ impl Action for SubmitCl {
             order: &order,
             contract,
             exposure,
-            reference: quote_now(ex.prices.as_ref(), contract).await?,
+            reference,
             day_pnl: Some(&day_pnl),
         };
         let failed: Vec<RiskCheck> = policy::recheck_order_at_execute(&inputs)
@@ -183,6 +180,23 @@ pub(crate) async fn execute_day_pnl(
         ex.positions.as_ref(),
         ex.prices.as_ref(),
         &plan.account_id,
+        ex.clock.now(),
+    )
+    .await
+}
+
+/// The account's P&L on the trading day and the contract's quote, read as execute reads
+/// them ([`crate::core::usecases::day_pnl::day_pnl_and_quote`]).
+pub(crate) async fn execute_day_pnl_and_quote(
+    ex: &Executor,
+    plan: &PlanRecord,
+    contract: Option<ClContract>,
+) -> Result<(crate::core::domain::pnl::DayPnl, Option<Quote>), ApiError> {
+    crate::core::usecases::day_pnl::day_pnl_and_quote(
+        ex.positions.as_ref(),
+        ex.prices.as_ref(),
+        &plan.account_id,
+        contract.map(|c| c.symbol()).as_deref(),
         ex.clock.now(),
     )
     .await
@@ -383,20 +397,21 @@ async fn evaluate_order(cx: &PlanContext<'_>, o: OrderSubmitCl) -> Result<Evalua
     let account = visible_account(state.accounts.as_ref(), caller, o.account_id.as_str()).await?;
     let cal = ExchangeCalendar::cme();
     let contract = ClContract::parse(&o.symbol).ok();
-    let exposure =
-        order_inputs_exposure(state.positions.as_ref(), &account.account_id, contract).await?;
     // Every order is valued at the reference price, which the plan records (the four-eyes
     // rule, the approval page); a market order is protected from it, a stop order from
     // its stop price; the order's prices are banded around it.
-    let price_now = reference_quote(state, contract).await?;
+    let symbol = contract.map(|c| c.symbol());
+    let (exposure, (day_pnl, price_now)) = tokio::try_join!(
+        order_inputs_exposure(state.positions.as_ref(), &account.account_id, contract),
+        crate::core::usecases::day_pnl::day_pnl_and_quote(
+            state.positions.as_ref(),
+            state.prices.as_ref(),
+            &account.account_id,
+            symbol.as_deref(),
+            state.clock.now(),
+        )
+    )?;
     let pol = policy::in_force(&state.policy, control);
-    let day_pnl = crate::core::usecases::day_pnl::account_day_pnl(
-        state.positions.as_ref(),
-        state.prices.as_ref(),
-        &account.account_id,
-        state.clock.now(),
-    )
-    .await?;
     let (o, market_protection) = policy::protect(&o, price_now.map(|q| q.price), pol);
     let inputs = OrderInputs {
         policy: pol,
