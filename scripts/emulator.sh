@@ -6,10 +6,11 @@
 # AWS CLI recipes run with it in tests/tests/e2e/deploy_walk.rs), and libfaketime
 # (its wheel ships the x86-64 libfaketime.so.1, linked to <repo>/.venv/lib/libfaketime.so.1):
 # the permission proof (tests/tests/e2e/permissions.rs) runs the real Lambda binaries, which
-# read only the system clock, at a fixed trading hour.
+# read only the system clock, at a fixed trading hour; and jq (Debian's, for the recipes).
 #
 # Idempotent and fast when already installed: pip runs only when an installed version differs
-# from a pin. Needs python3 (>= 3.11) and PyPI; nothing else (scripts/venv.sh does the venv).
+# from a pin. Needs python3 (>= 3.11) and PyPI (scripts/venv.sh does the venv), and root and
+# Debian's mirror only when jq is missing.
 #
 #   scripts/emulator.sh          # install or check; prints the moto version
 #   PYTHON=python3.12 scripts/emulator.sh   # choose the interpreter for a new .venv
@@ -135,6 +136,18 @@ if [[ "$(LD_PRELOAD="$venv/lib/libfaketime.so.1" FAKETIME="-400d" date -u +%Y-%m
     echo "emulator: $venv/lib/libfaketime.so.1 does not shift the clock of a child process" >&2
     exit 1
 fi
+
+# jq: the README's AWS CLI recipes pipe through it (Debian's package, when missing).
+if ! command -v jq >/dev/null 2>&1; then
+    if [[ "$(id -u)" -ne 0 ]]; then
+        echo "emulator: jq is missing and installing it needs root: apt-get install jq" >&2
+        exit 1
+    fi
+    echo "emulator: installing jq (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >/dev/null
+fi
+jq --version >/dev/null
 
 echo "emulator: moto $("$py" -c 'from importlib.metadata import version as v; print(v("moto"))')" \
     "(cryptography $("$py" -c 'from importlib.metadata import version as v; print(v("cryptography"))'))" \
