@@ -1870,7 +1870,7 @@ fn approve_once_looked_at(w: &World, plan_id: &str, skip: usize) -> bool {
 }
 
 /// What an operator does with `airlock --backend aws` (docs/cli-iam-policy.json): find the
-/// stack, the kill switch (engaged and released in the tour above), rollout modes, the
+/// stack, the kill switch (engaged, pulling and flattening, and released), rollout modes, the
 /// policy (set, shown and reset above), queue depths, audit trails of a plan and an action.
 fn tour_cli(w: &World, action: &Audited) {
     w.cli(true, &[], &["bootstrap"]);
@@ -1894,6 +1894,27 @@ fn tour_cli(w: &World, action: &Audited) {
         true,
         &[],
         &["kill-switch", "engage", "--reason", "pull all"],
+    );
+    // Flattening an account's open position (its positions queried, the reference prices
+    // read, a closing order stored with its contracts reserved on the exposure), at a time
+    // the market is open.
+    let out = w.cli(
+        true,
+        &[("AIRLOCK_NOW", MARKET_OPEN)],
+        &[
+            "kill-switch",
+            "engage",
+            "--reason",
+            "flatten",
+            "--keep-working",
+            "--flatten",
+            "--accounts",
+            "ACC-3",
+        ],
+    );
+    assert!(
+        out.contains("flatten ACC-3 ") && out.contains(" queued"),
+        "{out}"
     );
     w.cli(true, &[], &["kill-switch", "status"]);
     w.cli(true, &[], &["kill-switch", "release"]);
