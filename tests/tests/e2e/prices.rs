@@ -25,12 +25,13 @@ fn order(side: &str, order_type: &str, extra: Value) -> Value {
     o
 }
 
-/// A policy file in the server's state dir (token confirmation, as the stack's own).
-fn policy(s: &Server, mut p: Value) -> String {
+/// Sets the policy `p` (`airlock policy set` of a file in the server's state dir), with
+/// token confirmation as the stack's own.
+fn set_policy(s: &Server, mut p: Value) {
     p["confirmation"] = json!({ "order.submit.cl": "token", "order.replace.cl": "token" });
     let file = s.state_dir.join("policy-prices.json");
     std::fs::write(&file, p.to_string()).unwrap();
-    file.to_string_lossy().into_owned()
+    s.cli(&["policy", "set", &file.to_string_lossy()]);
 }
 
 /// Sets `symbol`'s price as observed at `at` (the CLI's clock), not at the server's now.
@@ -115,14 +116,10 @@ async fn a_market_order_is_planned_and_sent_as_a_protected_limit(b: Backend) {
     assert_eq!(n["market_protection"]["requested_type"], "stop");
 
     // The policy's points, on the tick.
-    s.cli(&[
-        "policy",
-        "set",
-        &policy(
-            &s,
-            json!({ "version": "wide-protection", "market_protection_points": "1.25" }),
-        ),
-    ]);
+    set_policy(
+        &s,
+        json!({ "version": "wide-protection", "market_protection_points": "1.25" }),
+    );
     let wide = plan(&t, order("sell", "market", json!({}))).await;
     assert_eq!(wide.body["normalized_payload"]["limit_price"], "68.75");
     assert_eq!(
@@ -135,11 +132,7 @@ both!(a_stale_reference_price_fails_the_band_at_plan_until_it_is_refreshed);
 async fn a_stale_reference_price_fails_the_band_at_plan_until_it_is_refreshed(b: Backend) {
     let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
     // The default age limit (the stack's own policy turns it off).
-    s.cli(&[
-        "policy",
-        "set",
-        &policy(&s, json!({ "version": "defaults" })),
-    ]);
+    set_policy(&s, json!({ "version": "defaults" }));
     let t = s.trader();
     // Observed ten minutes before the server's clock: older than the default 300 s.
     set_price_at(&s, "CLH27", "70.00", "2026-11-23T14:50:00Z");
@@ -170,28 +163,20 @@ async fn a_stale_reference_price_fails_the_band_at_plan_until_it_is_refreshed(b:
     assert_eq!(p["executable"], true, "{:?}", p.body);
     // With the age limit off, an old price passes again.
     set_price_at(&s, "CLH27", "70.00", "2026-11-23T14:00:00Z");
-    s.cli(&[
-        "policy",
-        "set",
-        &policy(
-            &s,
-            json!({ "version": "any-age", "max_quote_age_seconds": null }),
-        ),
-    ]);
+    set_policy(
+        &s,
+        json!({ "version": "any-age", "max_quote_age_seconds": null }),
+    );
     assert_eq!(plan(&t, limit).await["executable"], true);
 }
 
 both!(a_price_that_goes_stale_or_moves_after_the_plan_closes_it_at_execute);
 async fn a_price_that_goes_stale_or_moves_after_the_plan_closes_it_at_execute(b: Backend) {
     let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
-    s.cli(&[
-        "policy",
-        "set",
-        &policy(
-            &s,
-            json!({ "version": "quick-quotes", "max_quote_age_seconds": 4 }),
-        ),
-    ]);
+    set_policy(
+        &s,
+        json!({ "version": "quick-quotes", "max_quote_age_seconds": 4 }),
+    );
     let t = s.trader();
     set_price_at(&s, "CLH27", "70.00", &server_now(&t).await);
     let stale = plan(&t, order("buy", "limit", json!({ "limit_price": "70.00" }))).await;
@@ -213,13 +198,9 @@ async fn a_price_that_goes_stale_or_moves_after_the_plan_closes_it_at_execute(b:
     // Both plans are closed: a fresh price does not reopen them.
     s.cli(&["prices", "CLH27", "70.00"]);
     for (p, key) in [(&stale, "stale-2"), (&moved, "moved-2")] {
-        let again = t.execute(p, key).await;
-        assert_eq!(again.status, 422, "{:?}", again.body);
-        assert_eq!(
-            again.body["error"]["code"], "plan_not_executable",
-            "{:?}",
-            again.body
-        );
+        t.execute(p, key)
+            .await
+            .assert_error(422, "plan_not_executable");
     }
     assert_eq!(t.position("ACC-1", "CLH27").await, 0);
 }
@@ -230,11 +211,7 @@ async fn a_queued_order_whose_price_moved_or_went_stale_is_rejected_at_the_worke
     // limit (the stack's own policy turns it off; the control record's policy outlives a
     // restart).
     let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
-    s.cli(&[
-        "policy",
-        "set",
-        &policy(&s, json!({ "version": "defaults" })),
-    ]);
+    set_policy(&s, json!({ "version": "defaults" }));
     let t = s.trader();
     s.cli(&["prices", "CLH27", "70.00"]);
     s.cli(&["prices", "CLJ27", "70.00"]);

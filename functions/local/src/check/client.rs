@@ -156,6 +156,12 @@ impl Ctx {
         b
     }
 
+    /// [`Ctx::plan`] of a positions sync of `account`.
+    pub(super) async fn plan_sync(&self, account: &str, tool: &str) -> Result<Answer, String> {
+        self.plan("positions.sync", json!({"account_id": account}), tool)
+            .await
+    }
+
     pub(super) async fn plan(
         &self,
         action_type: &str,

@@ -89,13 +89,7 @@ pub(super) async fn execute(ctx: &Ctx, report: &mut Report, found: &Found) {
         if account.is_empty() {
             return Err("no account".into());
         }
-        let p = ctx
-            .plan(
-                "positions.sync",
-                json!({"account_id": account}),
-                "execute-sync",
-            )
-            .await?;
+        let p = ctx.plan_sync(&account, "execute-sync").await?;
         if p.body["confirmation_token"].is_null() {
             let (failed, _) = failed_checks(&p.body);
             return Err(format!(

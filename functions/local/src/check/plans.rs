@@ -83,13 +83,7 @@ pub(super) async fn plans(ctx: &Ctx, report: &mut Report, found: &mut Found) {
 
     scenario!(report, "plan positions.sync", async {
         let account = account.clone().ok_or("no account to plan on")?;
-        let p = ctx
-            .plan(
-                "positions.sync",
-                json!({"account_id": account}),
-                "plan-sync",
-            )
-            .await?;
+        let p = ctx.plan_sync(&account, "plan-sync").await?;
         found.sync_token = p.body["confirmation_token"].as_str().map(String::from);
         let (failed, _) = failed_checks(&p.body);
         Ok(if p.body["executable"] == true {

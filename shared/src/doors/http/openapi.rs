@@ -147,28 +147,32 @@ impl Op {
         self
     }
 
-    pub fn query(mut self, name: &'static str, schema: SchemaFn, description: &'static str) -> Op {
-        self.params.push(Param {
-            name,
-            place: "query",
-            required: false,
-            schema,
-            description,
-        });
-        self
+    pub fn query(self, name: &'static str, schema: SchemaFn, description: &'static str) -> Op {
+        self.param(name, "query", false, schema, description)
     }
 
     /// A query parameter the operation needs (absent: 400 `invalid_request`).
     pub fn required_query(
+        self,
+        name: &'static str,
+        schema: SchemaFn,
+        description: &'static str,
+    ) -> Op {
+        self.param(name, "query", true, schema, description)
+    }
+
+    fn param(
         mut self,
         name: &'static str,
+        place: &'static str,
+        required: bool,
         schema: SchemaFn,
         description: &'static str,
     ) -> Op {
         self.params.push(Param {
             name,
-            place: "query",
-            required: true,
+            place,
+            required,
             schema,
             description,
         });
@@ -190,48 +194,22 @@ impl Op {
         .errors(&[Code::InvalidCursor])
     }
 
-    pub fn path_param(
-        mut self,
-        name: &'static str,
-        schema: SchemaFn,
-        description: &'static str,
-    ) -> Op {
-        self.params.push(Param {
-            name,
-            place: "path",
-            required: true,
-            schema,
-            description,
-        });
-        self
+    pub fn path_param(self, name: &'static str, schema: SchemaFn, description: &'static str) -> Op {
+        self.param(name, "path", true, schema, description)
     }
 
-    pub fn header(mut self, name: &'static str, schema: SchemaFn, description: &'static str) -> Op {
-        self.params.push(Param {
-            name,
-            place: "header",
-            required: false,
-            schema,
-            description,
-        });
-        self
+    pub fn header(self, name: &'static str, schema: SchemaFn, description: &'static str) -> Op {
+        self.param(name, "header", false, schema, description)
     }
 
     /// A header the operation needs (absent or another value: 400 `invalid_request`).
     pub fn required_header(
-        mut self,
+        self,
         name: &'static str,
         schema: SchemaFn,
         description: &'static str,
     ) -> Op {
-        self.params.push(Param {
-            name,
-            place: "header",
-            required: true,
-            schema,
-            description,
-        });
-        self
+        self.param(name, "header", true, schema, description)
     }
 
     /// A JSON body of type `schema`, with named examples.
