@@ -314,6 +314,16 @@ mod tests {
     /// The start of a bucket of 2 s and of 3 s.
     const T0: Millis = 1_800_000_000_000;
 
+    /// A window in the bucket of [`T0`]: `cur` orders in it, `prev` in the bucket before.
+    fn window(prev: u32, cur: u32) -> MessageWindow {
+        MessageWindow {
+            bucket: T0,
+            count: cur,
+            previous: prev,
+            ..empty()
+        }
+    }
+
     /// The commit's condition (`count < cap`) admits exactly what the estimate admits, at
     /// every point of the bucket: exact integer arithmetic, no float edge.
     #[test]
@@ -323,13 +333,7 @@ mod tests {
             for prev in 0..=limit + 2 {
                 for into in (0..3_000).step_by(37) {
                     for cur in 0..=limit + 2 {
-                        let w = MessageWindow {
-                            bucket: T0,
-                            count: cur,
-                            previous: prev,
-                            ..empty()
-                        };
-                        let now = T0 + into;
+                        let (w, now) = (window(prev, cur), T0 + into);
                         let exact = prev as f64 * (3_000 - into) as f64 / 3_000.0 + cur as f64;
                         assert_eq!(
                             t.has_room(&w, now),
@@ -350,13 +354,7 @@ mod tests {
             for prev in 0..=limit + 3 {
                 for cur in 0..=limit + 3 {
                     for into in [0, 1, 500, 1_999] {
-                        let w = MessageWindow {
-                            bucket: T0,
-                            count: cur,
-                            previous: prev,
-                            ..empty()
-                        };
-                        let now = T0 + into;
+                        let (w, now) = (window(prev, cur), T0 + into);
                         let at = t.room_at(&w, now);
                         assert!(at >= now);
                         assert!(t.has_room(&w, at), "room at {at}");

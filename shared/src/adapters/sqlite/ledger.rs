@@ -54,19 +54,40 @@ fn put_key_body(c: &Connection, k: &KeyRecord, body: &[u8]) -> StoreResult<()> {
 }
 
 pub(super) fn load_rate(c: &Connection, operator: &str) -> StoreResult<RateState> {
-    Ok(
-        match one_body(
-            c,
-            "SELECT body FROM rate_limits WHERE operator_id = ?",
-            &[&operator],
-        )? {
-            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
-            None => RateState {
-                operator_id: operator.to_string(),
-                ..RateState::default()
-            },
-        },
+    Ok(rate_limits_row(c, operator)?.unwrap_or_else(|| RateState {
+        operator_id: operator.to_string(),
+        ..RateState::default()
+    }))
+}
+
+/// Writes the rate-limits table's row `id`: its `version` column and `body` as JSON.
+pub(super) fn put_rate_limits_row(
+    tx: &Connection,
+    id: &str,
+    version: i64,
+    body: &impl serde::Serialize,
+) -> StoreResult<()> {
+    let text = serde_json::to_string(body).map_err(json_err)?;
+    tx.run(
+        "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
+        params![id, version, text],
     )
+    .map_err(db_err)?;
+    Ok(())
+}
+
+/// The body of the rate-limits table's row `id`, as `T` (`None` when there is no row).
+pub(super) fn rate_limits_row<T: serde::de::DeserializeOwned>(
+    c: &Connection,
+    id: &str,
+) -> StoreResult<Option<T>> {
+    one_body(
+        c,
+        "SELECT body FROM rate_limits WHERE operator_id = ?",
+        &[&id],
+    )?
+    .map(|t| serde_json::from_str(&t).map_err(json_err))
+    .transpose()
 }
 
 /// Whether the stored window still allows the update: below its cap in the same minute, or
@@ -93,40 +114,19 @@ pub(super) fn count_rate(tx: &Connection, u: &RateUpdate) -> StoreResult<()> {
             previous: u.previous,
         };
     }
-    let text = serde_json::to_string(&state).map_err(json_err)?;
-    tx.run(
-        "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
-        params![state.operator_id, state.bucket, text],
-    )
-    .map_err(db_err)?;
-    Ok(())
+    put_rate_limits_row(tx, &state.operator_id, state.bucket, &state)
 }
 
 /// An account's message window (empty when none is stored), a row of the rate-limits table.
 pub(super) fn load_messages(c: &Connection, id: &str) -> StoreResult<MessageWindow> {
-    Ok(
-        match one_body(
-            c,
-            "SELECT body FROM rate_limits WHERE operator_id = ?",
-            &[&id],
-        )? {
-            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
-            None => MessageWindow {
-                id: id.to_string(),
-                ..MessageWindow::default()
-            },
-        },
-    )
+    Ok(rate_limits_row(c, id)?.unwrap_or_else(|| MessageWindow {
+        id: id.to_string(),
+        ..MessageWindow::default()
+    }))
 }
 
 pub(super) fn put_messages(tx: &Connection, w: &MessageWindow) -> StoreResult<()> {
-    let text = serde_json::to_string(w).map_err(json_err)?;
-    tx.run(
-        "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
-        params![w.id, w.bucket, text],
-    )
-    .map_err(db_err)?;
-    Ok(())
+    put_rate_limits_row(tx, &w.id, w.bucket, w)
 }
 
 /// Checks every condition of `commit`; `Some(conflict)` means nothing may be written.

@@ -5,9 +5,12 @@
 //! account's message window is a row as a rate window, its lockout in the body.
 
 use super::audit::AuditRow;
-use super::ledger::{count_rate, load_messages, load_rate, put_messages, rate_allows};
-use super::rows::{one_body, Cached};
-use super::{db_err, json_err, Sqlite};
+use super::ledger::{
+    count_rate, load_messages, load_rate, put_messages, put_rate_limits_row, rate_allows,
+    rate_limits_row,
+};
+use super::rows::Cached;
+use super::{db_err, Sqlite};
 use crate::core::domain::Millis;
 use crate::core::error::StoreResult;
 use crate::core::ports::limits::{Holds, LimitStore, PaceStep};
@@ -16,16 +19,7 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 fn load_holds(c: &Connection, id: &str) -> StoreResult<Holds> {
-    Ok(
-        match one_body(
-            c,
-            "SELECT body FROM rate_limits WHERE operator_id = ?",
-            &[&id],
-        )? {
-            Some(t) => serde_json::from_str(&t).map_err(json_err)?,
-            None => Holds::default(),
-        },
-    )
+    Ok(rate_limits_row(c, id)?.unwrap_or_default())
 }
 
 #[async_trait]
@@ -79,16 +73,11 @@ impl LimitStore for Sqlite {
 
     async fn put_holds(&self, id: &str, holds: &Holds, expected: u64) -> StoreResult<bool> {
         let (id, holds) = (id.to_string(), holds.clone());
-        let text = serde_json::to_string(&holds).map_err(json_err)?;
         self.write(move |tx| {
             if load_holds(tx, &id)?.version != expected {
                 return Ok(false);
             }
-            tx.run(
-                "INSERT OR REPLACE INTO rate_limits (operator_id, version, body) VALUES (?, ?, ?)",
-                params![id, holds.version as i64, text],
-            )
-            .map_err(db_err)?;
+            put_rate_limits_row(tx, &id, holds.version as i64, &holds)?;
             Ok(true)
         })
         .await

@@ -424,16 +424,18 @@ impl fmt::Display for MarketState {
     }
 }
 
+/// The calendar and a date, as the domain's tests write them.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn cal() -> &'static ExchangeCalendar {
+    pub(crate) fn cal() -> &'static ExchangeCalendar {
         ExchangeCalendar::cme()
     }
 
-    fn date(s: &str) -> NaiveDate {
+    /// A date "YYYY-MM-DD".
+    pub(crate) fn date(s: &str) -> NaiveDate {
         NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
     }
 

@@ -375,15 +375,8 @@ impl<'de> Deserialize<'de> for ClContract {
 mod tests {
     use super::*;
     use crate::core::domain::calendar::chicago_label;
+    use crate::core::domain::calendar::tests::{cal, date};
     use proptest::prelude::*;
-
-    fn cal() -> &'static ExchangeCalendar {
-        ExchangeCalendar::cme()
-    }
-
-    fn date(s: &str) -> NaiveDate {
-        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
-    }
 
     fn cl(s: &str) -> ClContract {
         ClContract::parse(s).unwrap()
