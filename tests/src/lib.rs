@@ -847,6 +847,20 @@ impl std::ops::Index<&str> for Resp {
     }
 }
 
+/// Rewrites an action's item in the actions table `table` as the release before the
+/// sharded unsent index wrote it: `unsent = "1"` instead of `unsent_shard`.
+pub async fn unsent_the_old_way(ddb: &aws_sdk_dynamodb::Client, table: &str, action_id: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    ddb.update_item()
+        .table_name(table)
+        .key("action_id", AttributeValue::S(action_id.into()))
+        .update_expression("REMOVE unsent_shard SET unsent = :u")
+        .expression_attribute_values(":u", AttributeValue::S("1".into()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("action {action_id} the old way: {e:?}"));
+}
+
 /// The SDK configuration of a test's own AWS clients on its emulator: explicit, not the
 /// process environment (tests run in parallel, each on its own emulator).
 pub async fn emulator_config(endpoint: impl Into<String>) -> aws_config::SdkConfig {

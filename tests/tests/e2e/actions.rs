@@ -376,13 +376,9 @@ async fn rollout_modes_and_rate_limits(b: Backend) {
     let c = p.check("action_enabled").clone();
     assert_eq!(c["status"], "fail");
     assert!(c["reason"].as_str().unwrap().contains("plan_only"));
+    // No token was issued: there is none to send.
     let r = t.execute(&p, "ro-0").await;
-    assert_eq!(
-        (r.status, r.code()),
-        (400, "invalid_request"),
-        "no token was issued: {:?}",
-        r.body
-    );
+    r.assert_error(400, "invalid_request");
     assert_eq!(r.field(), "/confirmation_token");
 
     s.cli(&["rollout", "order.submit.cl", "execute"]);
@@ -761,7 +757,6 @@ async fn a_crash_after_the_commit_is_finished_by_the_sweeper(b: Backend) {
 /// upgrade the sweeper still finds it, sends it once, and takes it out of both indexes.
 #[tokio::test]
 async fn the_sweeper_sends_an_action_accepted_before_the_sharded_index() {
-    use aws_sdk_dynamodb::types::AttributeValue;
     let (dir, p) = execute_then_crash(Backend::Aws, SEND_AFTER_COMMIT_THEN_CRASH, "legacy-1").await;
     let env: std::collections::BTreeMap<String, String> = dir.env().into_iter().collect();
     let conf = airlock_tests::emulator_config(&env["AWS_ENDPOINT_URL"]).await;
@@ -783,14 +778,7 @@ async fn the_sweeper_sends_an_action_accepted_before_the_sharded_index() {
     let left = unsent().await;
     assert_eq!(left.len(), 1, "the crash left one action unsent: {left:?}");
     let action_id = left[0]["action_id"].as_s().expect("action_id").clone();
-    ddb.update_item()
-        .table_name(table)
-        .key("action_id", AttributeValue::S(action_id.clone()))
-        .update_expression("REMOVE unsent_shard SET unsent = :u")
-        .expression_attribute_values(":u", AttributeValue::S("1".into()))
-        .send()
-        .await
-        .expect("the item as the release before wrote it");
+    airlock_tests::unsent_the_old_way(&ddb, table, &action_id).await;
 
     let later = dir.start(&[
         ("AIRLOCK_NOW", "2026-11-23T15:02:00Z"),

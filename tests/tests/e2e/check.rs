@@ -19,6 +19,13 @@ struct Run {
 }
 
 impl Run {
+    /// The detail of the scenario whose name starts so.
+    fn detail(&self, name_starts: &str) -> &str {
+        self.scenario(name_starts)["detail"]
+            .as_str()
+            .expect("a scenario's detail")
+    }
+
     fn scenario(&self, name_starts: &str) -> &Value {
         self.report["scenarios"]
             .as_array()
@@ -138,9 +145,7 @@ async fn passes_against_serve_and_queues_nothing(b: Backend) {
     assert!(r.table.contains(&ok), "{}", r.table);
     // The replay is the recorded rejection of a plan that cannot execute.
     assert!(
-        r.scenario("replay a rejected execute")["detail"]
-            .as_str()
-            .unwrap()
+        r.detail("replay a rejected execute")
             .contains("plan_not_executable"),
         "{}",
         r.table
@@ -169,10 +174,7 @@ async fn execute_follows_an_order_to_a_terminal_state(b: Backend) {
     ] {
         assert_eq!(r.scenario(name)["ok"], true, "{name}: {}", r.table);
     }
-    let queued = r.scenario("execute order.submit.cl")["detail"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let queued = r.detail("execute order.submit.cl").to_string();
     assert!(queued.contains("limit"), "{queued}");
     let order_id = queued
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -185,10 +187,7 @@ async fn execute_follows_an_order_to_a_terminal_state(b: Backend) {
     assert_eq!(o["status"], "cancelled", "{o}");
     assert_eq!(o["filled_quantity"], 0, "{o}");
     assert!(
-        r.scenario("replay an accepted execute")["detail"]
-            .as_str()
-            .unwrap()
-            .contains("duplicate"),
+        r.detail("replay an accepted execute").contains("duplicate"),
         "{}",
         r.table
     );

@@ -62,16 +62,13 @@ async fn action_status(t: &Api, id: &str) -> Resp {
 both!(a_dead_lettered_order_is_failed_by_the_sweep_and_not_revived_by_a_redrive);
 async fn a_dead_lettered_order_is_failed_by_the_sweep_and_not_revived_by_a_redrive(b: Backend) {
     let (stack, executed, before) = died_on_every_receive(b).await;
-    let action_id = executed["action_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let action_id = executed["action_id"].as_str().expect("an action id");
     let s = restart(stack, "100");
     let t = s.trader();
     // The sixth receive dead-letters it; the sweep settles its action.
     let deadline = Instant::now() + Duration::from_secs(30);
     let a = loop {
-        let a = action_status(&t, &action_id).await;
+        let a = action_status(&t, action_id).await;
         if a["status"] == "failed" {
             break a;
         }
@@ -114,7 +111,7 @@ async fn a_dead_lettered_order_is_failed_by_the_sweep_and_not_revived_by_a_redri
     })
     .await;
     assert_eq!(s.queue_counts("dead_letters"), 0);
-    assert_eq!(action_status(&t, &action_id).await["status"], "failed");
+    assert_eq!(action_status(&t, action_id).await["status"], "failed");
     assert_eq!(t.order(order_id).await["status"], "rejected");
     assert_eq!(t.position("ACC-1", "CLF27").await, before, "no fill");
     let book = s.broker_book("ACC-1");
@@ -127,18 +124,15 @@ async fn a_dead_lettered_order_is_failed_by_the_sweep_and_not_revived_by_a_redri
 both!(a_dead_letter_redriven_before_any_sweep_runs_once);
 async fn a_dead_letter_redriven_before_any_sweep_runs_once(b: Backend) {
     let (stack, executed, before) = died_on_every_receive(b).await;
-    let action_id = executed["action_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let action_id = executed["action_id"].as_str().expect("an action id");
     // No sweep in this process: the dead letter waits with its action unsettled.
     let s = restart(stack, "600000");
     until("dead-lettered", || s.queue_counts("dead_letters") == 1).await;
     let t = s.trader();
-    assert_eq!(action_status(&t, &action_id).await["status"], "processing");
+    assert_eq!(action_status(&t, action_id).await["status"], "processing");
     let out = s.cli(&["queues", "redrive"]);
     assert!(out.contains("worker:orders redriven=1"), "{out}");
-    t.settled(&action_id).await.assert_status(200, "succeeded");
+    t.settled(action_id).await.assert_status(200, "succeeded");
     assert_eq!(
         t.position("ACC-1", "CLF27").await,
         before + 1,

@@ -2343,8 +2343,8 @@ async fn unsent_actions_spread_over_the_index_shards() {
 /// too. Once the legacy index is dropped, the listing carries on without it.
 #[tokio::test]
 async fn actions_from_before_the_sharded_index_are_still_listed() {
+    use aws_sdk_dynamodb::types::DeleteGlobalSecondaryIndexAction;
     use aws_sdk_dynamodb::types::GlobalSecondaryIndexUpdate;
-    use aws_sdk_dynamodb::types::{AttributeValue, DeleteGlobalSecondaryIndexAction};
     let e = env(Backend::Aws).await;
     let aws = e.aws.clone().expect("the AWS backend");
     let ids = [
@@ -2359,15 +2359,7 @@ async fn actions_from_before_the_sharded_index_are_still_listed() {
     }
     // As the release before wrote them.
     for id in ["act-old-1", "act-old-2", "act-old-3"] {
-        aws.ddb
-            .update_item()
-            .table_name(&aws.names.actions)
-            .key("action_id", AttributeValue::S(id.into()))
-            .update_expression("REMOVE unsent_shard SET unsent = :u")
-            .expression_attribute_values(":u", AttributeValue::S("1".into()))
-            .send()
-            .await
-            .expect("an action the old way");
+        airlock_tests::unsent_the_old_way(&aws.ddb, &aws.names.actions, id).await;
     }
     assert_eq!(
         unsent_ids(&e, NOW + 1_000, 100).await,
