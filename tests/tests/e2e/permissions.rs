@@ -145,6 +145,19 @@ fn run_cli(
     extra: &[(&str, &str)],
     args: &[&str],
 ) -> String {
+    let (ok, out, err) = run_cli_any(moto, dir, log, extra, args);
+    assert!(ok, "airlock {args:?} failed: {err}\n{out}");
+    out
+}
+
+/// [`run_cli`] whether it succeeds or not: (success, stdout, stderr).
+fn run_cli_any(
+    moto: &Moto,
+    dir: &Path,
+    log: Option<&Path>,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> (bool, String, String) {
     let mut cmd = Command::new(function_binary("airlock"));
     cmd.arg("--state-dir")
         .arg(dir)
@@ -164,12 +177,11 @@ fn run_cli(
         cmd.env(CALL_LOG_ENV, log);
     }
     let out = cmd.output().expect("run airlock");
-    assert!(
+    (
         out.status.success(),
-        "airlock {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
 }
 
 impl World {
@@ -1895,11 +1907,14 @@ fn tour_cli(w: &World, action: &Audited) {
         &[],
         &["kill-switch", "engage", "--reason", "pull all"],
     );
-    // Flattening an account's open position (its positions queried, the reference prices
-    // read, a closing order stored with its contracts reserved on the exposure), at a time
-    // the market is open.
-    let out = w.cli(
-        true,
+    // Flattening every account's open positions (the accounts scanned, each one's
+    // positions queried, the reference prices read, a closing order stored with its
+    // contracts reserved on the exposure), at a time the market is open. ACC-2's position
+    // is above the tour's max_order_size: reported, and the command fails.
+    let (ok, out, err) = run_cli_any(
+        &w.moto,
+        &w.dir,
+        Some(w.log.as_path()),
         &[("AIRLOCK_NOW", MARKET_OPEN)],
         &[
             "kill-switch",
@@ -1908,12 +1923,19 @@ fn tour_cli(w: &World, action: &Audited) {
             "flatten",
             "--keep-working",
             "--flatten",
-            "--accounts",
-            "ACC-3",
         ],
     );
     assert!(
-        out.contains("flatten ACC-3 ") && out.contains(" queued"),
+        !ok && err.contains("1 open position(s) were not flattened"),
+        "{out}\n{err}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("flatten ACC-3 ") && l.contains(" queued (act_")),
+        "{out}"
+    );
+    assert!(
+        out.contains("flatten ACC-2 CLF27 +13: NOT FLATTENED: max_order_size: "),
         "{out}"
     );
     w.cli(true, &[], &["kill-switch", "status"]);
