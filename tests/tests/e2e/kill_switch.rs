@@ -867,3 +867,75 @@ async fn a_position_that_moved_after_its_closing_order_was_queued_is_not_reverse
     );
     assert_eq!(t.position("ACC-1", "CLF27").await, 0);
 }
+
+both!(the_agent_cannot_cancel_or_shrink_a_closing_order_while_the_switch_is_engaged);
+async fn the_agent_cannot_cancel_or_shrink_a_closing_order_while_the_switch_is_engaged(b: Backend) {
+    // Workers off: the switch engages and queues a sell of 3 at 67.90 to close ACC-1's long
+    // 3 CLF27; the market then falls below it, so it rests at the broker once sent.
+    let s = Server::start_on(b, &[("AIRLOCK_NOW", MARKET_OPEN)]);
+    let (_, f) = flatten(&s, &["--accounts", "ACC-1", "--keep-working"]);
+    let closing = find(&f, "ACC-1", "CLF27").action.clone().unwrap();
+    s.cli(&["prices", "CLF27", "67.70"]);
+    let s = s.crash().start(&[
+        ("AIRLOCK_NOW", MARKET_OPEN),
+        ("AIRLOCK_WORKERS", "on"),
+        ("AIRLOCK_WORKER_RETRY_MS", "100"),
+    ]);
+    let t = s.trader();
+    let (a, order, broker) = closing_order(&s, &t, &closing).await;
+    assert_eq!(a["status"], "succeeded", "{:?}", a.body);
+    assert_eq!(order["status"], "working", "{order}");
+    assert_eq!(broker["status"], "working", "{broker}");
+    let o = order["order_id"].as_str().unwrap().to_string();
+    // The agent's token confirms a cancel, and a change that only lowers the quantity:
+    // both are accepted, and refused at the worker while the switch is engaged.
+    for (n, (action_type, payload)) in [
+        (
+            "order.cancel",
+            json!({"account_id": "ACC-1", "order_id": o}),
+        ),
+        (
+            "order.replace.cl",
+            json!({"account_id": "ACC-1", "order_id": o, "quantity": 1}),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = t
+            .post(
+                "/actions/plan",
+                &json!({"action_type": action_type, "payload": payload, "requested_by": "op-energy-trader"}),
+            )
+            .await;
+        let e = t.execute(&p, &format!("undo-flatten-{n}")).await;
+        assert_eq!(e.status, 202, "{action_type}: {:?}", e.body);
+        let a = t.settled(&action_id(&e)).await;
+        assert_eq!(a["status"], "failed", "{action_type}: {:?}", a.body);
+        let error = a["error"].as_str().unwrap();
+        assert!(
+            error.starts_with(&format!(
+                "kill_switch_flatten: order {o} is the kill switch's closing order of engagement ks_"
+            )),
+            "{action_type}: {error}"
+        );
+    }
+    let order = t.order(&o).await;
+    assert_eq!(order["status"], "working", "{order}");
+    assert_eq!(order["quantity"], 3, "{order}");
+    let broker = at_broker(&s, "ACC-1", &o);
+    assert_eq!(broker["status"], "working", "{broker}");
+    assert_eq!(broker["quantity"], 3, "{broker}");
+    // Released, the order is the desk's again: its cancel goes through.
+    s.cli(&["kill-switch", "release"]);
+    let p = t
+        .post(
+            "/actions/plan",
+            &json!({"action_type": "order.cancel", "payload": {"account_id": "ACC-1", "order_id": o}, "requested_by": "op-energy-trader"}),
+        )
+        .await;
+    let e = t.execute(&p, "cancel-after-release").await;
+    assert_eq!(t.settled(&action_id(&e)).await["status"], "succeeded");
+    assert_eq!(t.order(&o).await["status"], "cancelled");
+    assert_eq!(t.position("ACC-1", "CLF27").await, 3);
+}

@@ -227,6 +227,33 @@ pub fn is_flattening(msg: &QueueMessage, control: &Control) -> bool {
         )
 }
 
+/// While the switch is engaged, why `order` (one of its current engagement's closing
+/// orders) is not cancelled or changed by an action `msg` the switch did not queue; `None`
+/// for any other order, or once released. The agent's token confirms a cancel, and a
+/// change that only lowers the quantity: without this it could undo the flattening.
+pub fn keeps_closing_order(order: &Order, control: &Control, msg: &QueueMessage) -> Option<String> {
+    let e = control
+        .engagement
+        .as_ref()
+        .filter(|_| !control.trade_execute_enabled)?;
+    let action_id = order.action_id.as_deref()?;
+    if msg.service_principal == PRINCIPAL
+        || !is_flatten_id(
+            &e.id,
+            &order.terms.account_id,
+            &order.terms.symbol,
+            action_id,
+        )
+    {
+        return None;
+    }
+    Some(format!(
+        "kill_switch_flatten: order {} is the kill switch's closing order of engagement {}; \
+         it is neither cancelled nor changed while the switch is engaged",
+        order.order_id, e.id
+    ))
+}
+
 /// `Ok` if a closing order of `quantity` on `side` only reduces `position` (the net
 /// quantity found now): the opposite side, no more than the position. `Err`: why it would
 /// increase or reverse it.

@@ -595,6 +595,9 @@ async fn replace(
             )
             .await;
         }
+        if let Some(why) = worker::keeps_closing_order(st, &order, msg).await? {
+            return refuse(st, msg, r, why).await;
+        }
         match order.status {
             OrderStatus::Working | OrderStatus::PartiallyFilled => {}
             OrderStatus::Submitted | OrderStatus::Queued => {

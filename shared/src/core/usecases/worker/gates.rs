@@ -12,6 +12,23 @@ pub(super) async fn kill_switch(st: &Worker, order_id: &str) -> Result<Option<St
     ))
 }
 
+/// `Some(error)`: `order` is a closing order of the engaged switch, which `msg` (a cancel
+/// or change the switch did not queue) may not touch ([`kill_switch::keeps_closing_order`]).
+pub(crate) async fn keeps_closing_order(
+    st: &Worker,
+    order: &Order,
+    msg: &QueueMessage,
+) -> Result<Option<String>, ApiError> {
+    if order.action_id.is_none() || msg.service_principal == kill_switch::PRINCIPAL {
+        return Ok(None);
+    }
+    Ok(kill_switch::keeps_closing_order(
+        order,
+        &st.control.get_control().await?,
+        msg,
+    ))
+}
+
 /// `Some(error)` if `control` has the kill switch engaged; `what` did not reach the broker
 /// ("order ord_1", "the change of order ord_1").
 pub(super) fn engaged(control: &crate::core::records::Control, what: &str) -> Option<String> {

@@ -368,6 +368,9 @@ pub(crate) async fn cancel(st: &Worker, msg: &QueueMessage) -> Result<Outcome, A
                 order.status
             )));
         }
+        if let Some(why) = keeps_closing_order(st, &order, msg).await? {
+            return Ok(Outcome::Failed(why));
+        }
         let now = st.clock.now_ms();
         match st.broker.cancel(&order.terms.account_id, &order_id).await? {
             Some(ack) => {
