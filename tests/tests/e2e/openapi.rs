@@ -200,13 +200,13 @@ async fn fuzz(b: Backend, max_examples: u32) {
 
 #[tokio::test]
 async fn schemathesis_finds_nothing_embedded() {
-    fuzz(Backend::Embedded, 300).await;
+    fuzz(Backend::Embedded, 150).await;
 }
 
 /// Shorter on the emulator: both backends honour one document.
 #[tokio::test]
 async fn schemathesis_finds_nothing_aws() {
-    fuzz(Backend::Aws, 60).await;
+    fuzz(Backend::Aws, 40).await;
 }
 
 /// Validates `instance` against the queue message schema.
