@@ -35,7 +35,9 @@ use crate::core::auth::Caller;
 use crate::core::error::{ApiError, Code};
 use crate::doors::http::api;
 use crate::doors::http::deadline::{wall_ms, within_deadline};
-use crate::doors::http::extract::{json_text_faults, too_large, Authed, MAX_BODY_BYTES};
+use crate::doors::http::extract::{
+    json_text_faults, too_large, Authed, MAX_BODY_BYTES, MAX_JSON_KEY_CHARS, MAX_JSON_STRING_CHARS,
+};
 use crate::doors::http::observe::current_request_id;
 use crate::doors::http::openapi::{Api, Op};
 use tools::{ToolFacts, ToolOutcome};
@@ -81,9 +83,12 @@ pub fn api_doc(local: bool) -> Api {
             .body(
                 |_| schemars::json_schema!({
                     "type": "object",
-                    "description": "A JSON-RPC 2.0 request or notification of MCP.",
-                    "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]},
-                                   "method": {"type": "string"}, "params": {"type": ["object", "null"]}},
+                    "description": "A JSON-RPC 2.0 request or notification of MCP. Keys longer than 128 characters and strings longer than 4,096, at any depth, are refused (400 `invalid_request`, the field's pointer).",
+                    "properties": {"jsonrpc": {"const": "2.0"},
+                                   "id": {"type": ["string", "integer"], "maxLength": MAX_JSON_STRING_CHARS},
+                                   "method": {"type": "string", "maxLength": MAX_JSON_STRING_CHARS},
+                                   "params": {"type": ["object", "null"], "propertyNames": {"maxLength": MAX_JSON_KEY_CHARS}}},
+                    "propertyNames": {"maxLength": MAX_JSON_KEY_CHARS},
                     "required": ["jsonrpc", "method"]
                 }),
                 vec![("tools/list", json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))],
