@@ -179,7 +179,14 @@ impl KillSwitch {
                     outcome: Pull::AlreadyQueued,
                 };
                 match self
-                    .flatten_one(engagement, by, account, p, pol, &day_pnl)
+                    .flatten_one(&Closing {
+                        engagement,
+                        by,
+                        account,
+                        position: p,
+                        pol,
+                        day_pnl: &day_pnl,
+                    })
                     .await
                 {
                     Ok((action_id, limit, outcome)) => {
@@ -218,20 +225,19 @@ impl KillSwitch {
     /// or queued now under the next attempt number, or why not.
     async fn flatten_one(
         &self,
-        engagement: &str,
-        by: &str,
-        account: &Account,
-        position: &Position,
-        pol: &Policy,
-        day_pnl: &crate::core::domain::pnl::DayPnl,
+        c: &Closing<'_>,
     ) -> Result<(Option<String>, Option<Price>, Pull), ApiError> {
+        let Closing {
+            engagement,
+            account,
+            position,
+            ..
+        } = *c;
         let (account_id, symbol) = (&account.account_id, &position.symbol);
         for attempt in 0..MAX_ATTEMPTS {
             let action_id = flatten_action_id(engagement, account_id, symbol, attempt);
             let Some(a) = self.actions.get_action(&action_id).await? else {
-                let (limit, outcome) = self
-                    .queue_closing(engagement, by, account, position, pol, day_pnl, attempt)
-                    .await?;
+                let (limit, outcome) = self.queue_closing(c, attempt).await?;
                 let id = matches!(outcome, Pull::Queued | Pull::AlreadyQueued).then_some(action_id);
                 return Ok((id, limit, outcome));
             };
@@ -274,17 +280,19 @@ impl KillSwitch {
     /// Checks and queues one closing order: the opposite side, the net quantity, a day
     /// market order protected from the reference price read now, under the checks the
     /// worker makes before the broker; its contracts reserved as an execute reserves them.
-    #[allow(clippy::too_many_arguments)]
     async fn queue_closing(
         &self,
-        engagement: &str,
-        by: &str,
-        account: &Account,
-        position: &Position,
-        pol: &Policy,
-        day_pnl: &crate::core::domain::pnl::DayPnl,
+        c: &Closing<'_>,
         attempt: u32,
     ) -> Result<(Option<Price>, Pull), ApiError> {
+        let Closing {
+            engagement,
+            by,
+            account,
+            position,
+            pol,
+            day_pnl,
+        } = *c;
         let (account_id, symbol) = (&account.account_id, &position.symbol);
         let side = if position.quantity > 0 {
             Side::Sell
@@ -402,4 +410,15 @@ impl KillSwitch {
             }
         })
     }
+}
+
+/// One position to close in an engagement, with what its checks read.
+#[derive(Clone, Copy)]
+struct Closing<'a> {
+    engagement: &'a str,
+    by: &'a str,
+    account: &'a Account,
+    position: &'a Position,
+    pol: &'a Policy,
+    day_pnl: &'a crate::core::domain::pnl::DayPnl,
 }
