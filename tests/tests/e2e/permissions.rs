@@ -1944,13 +1944,20 @@ fn tour_cli(w: &World, action: &Audited) {
     w.cli(true, &[], &["rollout", "positions.sync", "execute"]);
     w.cli(true, &[], &["queues"]);
     // A dead letter on each queue, moved back by the operator after a fix. Any the tour left
-    // (a kill-switch cancel that ran out of receives while the machine was busy) are moved
-    // back first, so the count below is of these two alone.
-    w.cli(true, &[], &["queues", "redrive"]);
+    // (a kill-switch cancel that ran out of receives while the machine was busy) are purged
+    // first, not redriven (a redriven leftover can run out of receives again before the
+    // count), so the count below is of these two alone.
     let sqs = w.aws.sqs.clone();
     let jobs_dlq = w.queue_urls["JobsDeadLetterQueue"].clone();
     let orders_dlq = w.queue_urls["OrdersDeadLetterQueue"].clone();
     w.block(async move {
+        for q in [&jobs_dlq, &orders_dlq] {
+            sqs.purge_queue()
+                .queue_url(q.as_str())
+                .send()
+                .await
+                .expect("purge a dead-letter queue");
+        }
         sqs.send_message()
             .queue_url(jobs_dlq)
             .message_body("{}")
